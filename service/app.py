@@ -1,0 +1,98 @@
+"""``create_app(settings)``: the one place the service is put together.
+
+Long-lived things (database engine, group-commit writer, rate limiter) open in
+``before_server_start`` and close in ``after_server_stop``; nothing is created at import.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sanic import Sanic
+from sanic.config import Config
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service import admin, cors, health, waitlist
+from service.bodies import MAX_BODY_BYTES
+from service.db.batch import BatchWriter
+from service.db.engine import create_engine
+from service.db.registrations import Registration, upsert_registrations
+from service.handlers import JSONErrorHandler
+from service.metrics import Metrics
+from service.ratelimit import RateLimiter
+from service.settings import Settings
+
+Clock = Callable[[], datetime]
+_names = itertools.count()
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Context:
+    """What ``app.ctx`` holds; typed so handlers know what they may use."""
+
+    settings: Settings
+    clock: Clock
+    run_worker: bool = False
+    metrics: Metrics = field(default_factory=Metrics)
+    engine: AsyncEngine = field(init=False)
+    limiter: RateLimiter = field(init=False)
+    registrations: BatchWriter[Registration] = field(init=False)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+def create_app(
+    settings: Settings,
+    *,
+    name: str | None = None,
+    clock: Clock = utc_now,
+    run_worker: bool = False,
+) -> Sanic:
+    """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it)."""
+    config = Config()
+    config.REQUEST_MAX_SIZE = MAX_BODY_BYTES
+    config.ACCESS_LOG = False
+    config.FALLBACK_ERROR_FORMAT = "json"
+    config.MOTD = False
+    # Sanic's proxy settings (SANIC_PROXIES_COUNT, SANIC_REAL_IP_HEADER, SANIC_FORWARDED_SECRET)
+    # are read from the environment by Config itself; nothing else decides the client address.
+    app: Sanic = Sanic(
+        name or f"service_{os.getpid()}_{next(_names)}",
+        config=config,
+        ctx=Context(settings=settings, clock=clock, run_worker=run_worker),
+        error_handler=JSONErrorHandler(),
+    )
+    app.blueprint(health.create_blueprint())
+    app.blueprint(waitlist.create_blueprint(clock))
+    app.blueprint(cors.create_blueprint())
+    app.blueprint(admin.create_blueprint())
+    app.on_response(cors.add_cors_headers)
+
+    @app.before_server_start
+    async def open_resources(app: Sanic) -> None:
+        ctx: Context = app.ctx
+        ctx.engine = create_engine(settings.database_url)
+        ctx.limiter = RateLimiter(settings)
+
+        async def flush(entries: list[Registration]) -> None:
+            async with ctx.engine.begin() as conn:
+                await upsert_registrations(conn, entries)
+
+        ctx.registrations = BatchWriter(flush)
+        ctx.registrations.start()
+
+    @app.after_server_stop
+    async def close_resources(app: Sanic) -> None:
+        ctx: Context = app.ctx
+        await ctx.registrations.close()
+        await ctx.engine.dispose()
+
+    return app

@@ -1,0 +1,41 @@
+"""CORS for the one route browser scripts call: ``POST /api/waitlist``, never with credentials."""
+
+from __future__ import annotations
+
+from sanic import Blueprint, HTTPResponse, Request
+from sanic.response import empty
+
+PREFLIGHT_MAX_AGE = "600"  # seconds a browser may reuse a preflight answer
+
+
+def _allowed(request: Request) -> str | None:
+    origin = request.headers.get("origin")
+    origins: tuple[str, ...] = request.app.ctx.settings.cors_origins
+    return origin if origin and origin in origins else None
+
+
+def create_blueprint() -> Blueprint:
+    bp = Blueprint("cors")
+
+    @bp.options("/api/waitlist")
+    async def preflight(request: Request) -> HTTPResponse:
+        headers = {"Allow": "OPTIONS, POST", "Vary": "Origin"}
+        origin = _allowed(request)
+        if origin:
+            headers |= {
+                "Access-Control-Allow-Origin": origin,
+                "Access-Control-Allow-Methods": "POST",
+                "Access-Control-Allow-Headers": "Content-Type",
+                "Access-Control-Max-Age": PREFLIGHT_MAX_AGE,
+            }
+        return empty(status=204, headers=headers)
+
+    return bp
+
+
+def add_cors_headers(request: Request, response: HTTPResponse) -> None:
+    if request.path == "/api/waitlist" and request.method == "POST":
+        origin = _allowed(request)
+        response.headers["Vary"] = "Origin"
+        if origin:
+            response.headers["Access-Control-Allow-Origin"] = origin

@@ -1,0 +1,84 @@
+"""Engines and migrations: one async code path for SQLite and PostgreSQL.
+
+The operator writes ``sqlite:///var/service.db`` or ``postgresql://user@host/db``; the service picks
+the async driver (aiosqlite, asyncpg). SQLite runs in WAL mode so readers never block the writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import event, text
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import ConnectionPoolEntry
+
+MIGRATIONS = "service.db:migrations"
+# How long a SQLite connection waits for another process's write lock before giving up; two server
+# workers share one file, and a group commit holds the lock for a few milliseconds at most.
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def async_url(database_url: str) -> URL:
+    """The SQLAlchemy URL with the async driver for the operator's plain URL."""
+    url = make_url(database_url)
+    if url.drivername in ("sqlite", "sqlite+pysqlite"):
+        return url.set(drivername="sqlite+aiosqlite")
+    if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
+        return url.set(drivername="postgresql+asyncpg")
+    return url
+
+
+def is_sqlite(database_url: str) -> bool:
+    return make_url(database_url).get_backend_name() == "sqlite"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    # NORMAL in WAL mode: a committed transaction survives the process being killed (the WAL is in
+    # the OS page cache); only a power cut can lose the last commits. FULL would fsync every batch.
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
+
+
+def create_engine(database_url: str, **options: Any) -> AsyncEngine:
+    url = async_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_async_engine(url, **options)
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    options.setdefault("pool_size", 10)
+    options.setdefault("max_overflow", 10)
+    options.setdefault("pool_pre_ping", True)
+    return create_async_engine(url, **options)
+
+
+def alembic_config(database_url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", MIGRATIONS)
+    config.attributes["database_url"] = database_url
+    return config
+
+
+def migrate(database_url: str, revision: str = "head") -> None:
+    """Bring the database to ``revision``; safe to run on every start."""
+    command.upgrade(alembic_config(database_url), revision)
+
+
+async def migrate_async(database_url: str) -> None:
+    # Alembic's env runs its own event loop; keep it off the caller's.
+    await asyncio.to_thread(migrate, database_url)
+
+
+async def ping(engine: AsyncEngine) -> None:
+    async with engine.connect() as connection:
+        await connection.execute(text("SELECT 1"))

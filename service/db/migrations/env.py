@@ -1,0 +1,38 @@
+"""Alembic environment: runs migrations through the same async engine the service uses."""
+
+from __future__ import annotations
+
+import asyncio
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from service.db.engine import create_engine
+from service.db.tables import metadata
+
+config = context.config
+
+
+def _run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        render_as_batch=connection.dialect.name == "sqlite",
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+async def _main() -> None:
+    engine = create_engine(config.attributes["database_url"])
+    try:
+        async with engine.connect() as connection:
+            await connection.run_sync(_run)
+            await connection.commit()
+    finally:
+        await engine.dispose()
+
+
+if context.is_offline_mode():
+    raise SystemExit("offline migrations are not supported; run `python -m service migrate`")
+asyncio.run(_main())

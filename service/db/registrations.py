@@ -1,0 +1,111 @@
+"""Waitlist rows: the SQL for registrations, the same on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.tables import registrations
+
+COLUMNS = ("email", "intent", "project", "message", "createdAt", "updatedAt")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    email: str  # trimmed, as submitted
+    email_key: str  # the identity of the address: compared case-insensitively
+    intent: str
+    project: str | None
+    message: str | None
+    at: datetime
+
+
+def _merge(entries: Sequence[Registration]) -> list[Registration]:
+    """One row per (email_key, intent): a batch may hold repeats, and an upsert may touch a row once."""
+    merged: dict[tuple[str, str], Registration] = {}
+    for entry in entries:
+        key = (entry.email_key, entry.intent)
+        earlier = merged.get(key)
+        if earlier is None:
+            merged[key] = entry
+        else:
+            merged[key] = Registration(
+                email=earlier.email,
+                email_key=entry.email_key,
+                intent=entry.intent,
+                project=entry.project if entry.project is not None else earlier.project,
+                message=entry.message if entry.message is not None else earlier.message,
+                at=entry.at,
+            )
+    return list(merged.values())
+
+
+async def upsert_registrations(conn: AsyncConnection, entries: Sequence[Registration]) -> None:
+    """Store each (email, intent) once; a repeat updates project and message only where it has them."""
+    rows = [
+        {
+            "email": entry.email,
+            "email_key": entry.email_key,
+            "intent": entry.intent,
+            "project": entry.project,
+            "message": entry.message,
+            "created_at": entry.at,
+            "updated_at": entry.at,
+        }
+        for entry in _merge(entries)
+    ]
+    if not rows:
+        return
+    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    statement = insert(registrations).values(rows)
+    statement = statement.on_conflict_do_update(
+        index_elements=[registrations.c.email_key, registrations.c.intent],
+        set_={
+            "project": func.coalesce(statement.excluded.project, registrations.c.project),
+            "message": func.coalesce(statement.excluded.message, registrations.c.message),
+            "updated_at": statement.excluded.updated_at,
+        },
+    )
+    await conn.execute(statement)
+
+
+def _entry(row: Any) -> dict[str, Any]:
+    return {
+        "email": row.email,
+        "intent": row.intent,
+        "project": row.project,
+        "message": row.message,
+        "createdAt": _iso(row.created_at),
+        "updatedAt": _iso(row.updated_at),
+    }
+
+
+def _iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def list_registrations(
+    conn: AsyncConnection, *, limit: int | None = None, offset: int = 0
+) -> list[dict[str, Any]]:
+    query = select(registrations).order_by(registrations.c.id).offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    result = await conn.execute(query)
+    return [_entry(row) for row in result]
+
+
+async def iter_registrations(conn: AsyncConnection) -> AsyncIterator[dict[str, Any]]:
+    """Every registration in insertion order, streamed so an export of millions stays small."""
+    result = await conn.stream(select(registrations).order_by(registrations.c.id))
+    async for row in result:
+        yield _entry(row)
+
+
+async def count_registrations(conn: AsyncConnection) -> int:
+    return int((await conn.execute(select(func.count()).select_from(registrations))).scalar_one())

@@ -1,0 +1,136 @@
+"""The schema, in one place. Alembic migrations are written to match it.
+
+Times are stored as naive UTC and read back as aware UTC (``UTCDateTime``), the same on SQLite and
+PostgreSQL, so no code ever compares a naive datetime with an aware one.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.engine import Dialect
+from sqlalchemy.types import TypeDecorator
+
+# Stable constraint names make Alembic migrations identical on both databases.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(column_0_label)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC in Python, naive UTC in the database; naive input is refused, never guessed."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetimes are not stored; pass an aware UTC datetime")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # SQLite through raw SQL paths
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC)
+
+
+registrations = Table(
+    "registrations",
+    metadata,
+    Column("id", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True),
+    Column("email", String(320), nullable=False),  # as submitted, trimmed
+    Column("email_key", String(320), nullable=False),  # lower-cased: the identity of an address
+    Column("intent", String(16), nullable=False),
+    Column("project", String(120)),
+    Column("message", Text),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    UniqueConstraint("email_key", "intent", name="uq_registrations_email_key_intent"),
+)
+Index("ix_registrations_created_at", registrations.c.created_at)
+
+partners = Table(
+    "partners",
+    metadata,
+    Column("id", String(40), primary_key=True),
+    Column("name", String(200), nullable=False),
+    Column("url", String(2048), nullable=False),
+    Column("events", Text),  # JSON array of event kinds, NULL for every kind
+    Column("status", String(16), nullable=False),  # active | paused
+    Column("secret", String(128), nullable=False),
+    Column("previous_secret", String(128)),
+    Column("previous_secret_expires_at", UTCDateTime()),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", String(64), primary_key=True),  # the payload's eventId
+    Column("kind", String(64), nullable=False),
+    Column("dedupe_key", String(1024), nullable=False, unique=True),
+    Column("payload", Text, nullable=False),  # the exact JSON body every delivery sends
+    Column("occurred_at", UTCDateTime(), nullable=False),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
+
+deliveries = Table(
+    "deliveries",
+    metadata,
+    Column("id", String(40), primary_key=True),  # x-service-delivery, the same on every retry
+    Column("event_id", String(64), ForeignKey("events.id"), nullable=False),
+    Column("partner_id", String(40), ForeignKey("partners.id"), nullable=False),
+    Column("status", String(16), nullable=False),  # pending | delivering | delivered | failed
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", UTCDateTime(), nullable=False),
+    Column("claimed_until", UTCDateTime()),
+    Column("claim_token", String(40)),
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("updated_at", UTCDateTime(), nullable=False),
+    Column("delivered_at", UTCDateTime()),
+)
+Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
+Index("ix_deliveries_partner_id", deliveries.c.partner_id)
+
+delivery_attempts = Table(
+    "delivery_attempts",
+    metadata,
+    Column("id", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True),
+    Column("delivery_id", String(40), ForeignKey("deliveries.id"), nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("event", String(64), nullable=False),  # the event kind, denormalised for analysis
+    Column("partner_id", String(40), nullable=False),
+    Column("attempt", Integer, nullable=False),  # 1 for the first try
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("duration_ms", Integer, nullable=False),
+    Column("status_code", Integer),  # NULL when no HTTP answer came
+    Column("error_class", String(64)),  # NULL on success; e.g. timeout, connect, http_500, ssrf
+    Column("response_excerpt", String(512)),  # first bytes of the answer, bounded
+    Column("outcome", String(16), nullable=False),  # delivered | retry | failed | paused
+)
+Index("ix_delivery_attempts_delivery_id", delivery_attempts.c.delivery_id)
+Index("ix_delivery_attempts_started_at", delivery_attempts.c.started_at)

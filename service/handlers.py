@@ -1,0 +1,53 @@
+"""The error handler: every error, expected or not, leaves as the one JSON error shape."""
+
+from __future__ import annotations
+
+import logging
+
+from sanic import HTTPResponse, Request
+from sanic.exceptions import SanicException
+from sanic.handlers import ErrorHandler
+from sanic.response import json as json_response
+
+from service.errors import ServiceError
+
+log = logging.getLogger("service.errors")
+
+# Sanic raises its own exceptions for routing and protocol errors; they get our sentences.
+_MESSAGES = {
+    400: "The request is not valid.",
+    404: "Nothing is here.",
+    405: "This method is not allowed here.",
+    408: "The request took too long to arrive.",
+    413: "The request body is too large.",
+    415: "Send application/json or application/x-www-form-urlencoded.",
+    416: "The requested range cannot be served.",
+    503: "The service is briefly unavailable; try again shortly.",
+}
+_INTERNAL = "The server could not complete the request."
+
+
+class JSONErrorHandler(ErrorHandler):
+    def default(self, request: Request, exception: BaseException) -> HTTPResponse:
+        if isinstance(exception, ServiceError):
+            status, body = exception.status_code, exception.body()
+            headers = dict(exception.headers or {})
+        elif isinstance(exception, SanicException) and 400 <= exception.status_code < 500:
+            status = exception.status_code
+            body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
+            headers = dict(getattr(exception, "headers", None) or {})
+        else:
+            status = getattr(exception, "status_code", 500)
+            status = status if isinstance(status, int) and status >= 500 else 500
+            log.error(
+                "unhandled error",
+                exc_info=(type(exception), exception, exception.__traceback__),
+                extra={"path": request.path, "method": request.method},
+            )
+            body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
+            headers = {}
+        metrics = getattr(request.app.ctx, "metrics", None)
+        if metrics is not None:
+            counter = metrics.client_errors if status < 500 else metrics.server_errors
+            counter.labels(status=str(status)).inc()
+        return json_response(body, status=status, headers=headers)

@@ -1,0 +1,49 @@
+"""Per-client limits on the write route, kept by the ``limits`` library.
+
+``memory://`` keeps counters in the process; ``redis://`` shares them across processes and
+machines, so two server workers enforce one limit per client.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from limits import RateLimitItem, parse_many
+from limits.aio.storage import Storage
+from limits.aio.strategies import MovingWindowRateLimiter
+from limits.storage import storage_from_string
+
+from service.settings import Settings
+
+
+def _async_storage_uri(uri: str) -> str:
+    return uri if uri.startswith("async+") else f"async+{uri}"
+
+
+class RateLimiter:
+    """A moving window per (scope, client): no burst of twice the limit at a window edge."""
+
+    def __init__(self, settings: Settings, scope: str = "waitlist") -> None:
+        self.items: list[RateLimitItem] = parse_many(settings.waitlist_rate_limit)
+        self.scope = scope
+        uri = _async_storage_uri(settings.rate_limit_storage)
+        options: dict[str, str] = {}
+        if "redis" in uri:
+            options["key_prefix"] = settings.rate_limit_key_prefix
+        self.storage: Storage = storage_from_string(uri, **options)
+        self.strategy = MovingWindowRateLimiter(self.storage)
+
+    async def hit(self, client: str) -> int | None:
+        """Count one request; the seconds to wait when it is over a limit, else None."""
+        for item in self.items:
+            if not await self.strategy.hit(item, self.scope, client):
+                stats = await self.strategy.get_window_stats(item, self.scope, client)
+                return max(1, math.ceil(stats.reset_time - time.time()))
+        return None
+
+    async def ping(self) -> bool:
+        return bool(await self.storage.check())
+
+    async def reset(self) -> None:
+        await self.storage.reset()

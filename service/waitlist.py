@@ -1,0 +1,151 @@
+"""``POST /api/waitlist``: the one write operation of the public API.
+
+The request model is the contract: the same pydantic model validates bodies and feeds the OpenAPI
+document. Validation errors become field errors with stable codes; a valid registration is answered
+200 only after its row is committed (``BatchWriter.submit`` returns after the commit).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from email_validator import EmailNotValidError, validate_email
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import ErrorDetails, PydanticCustomError
+from sanic import Blueprint, HTTPResponse, Request
+from sanic.response import json as json_response
+
+from service.bodies import read_body
+from service.db.registrations import Registration
+from service.errors import BadRequest, FieldError, ServiceUnavailable, TooManyRequests
+
+ACCEPTED = "You are on the waitlist. We will write when early access opens."
+INTENTS = ("claim", "member", "arcade")
+
+
+def _clean_text(value: str) -> str:
+    # NUL and lone surrogates cannot be stored as text (PostgreSQL refuses NUL, UTF-8 has no
+    # surrogates); refusing them here keeps a client's mistake from ever becoming a server error.
+    if "\x00" in value:
+        raise PydanticCustomError("invalid_characters", "This field contains a NUL character.")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PydanticCustomError(
+            "invalid_characters", "This field contains characters that are not valid Unicode."
+        ) from None
+    return value.strip()
+
+
+def _email(value: str) -> str:
+    value = _clean_text(value)
+    try:
+        validate_email(value, check_deliverability=False)
+    except EmailNotValidError:
+        raise PydanticCustomError("invalid_email", "This is not a valid email address.") from None
+    return value
+
+
+Email = Annotated[str, AfterValidator(_email), Field(json_schema_extra={"format": "email"})]
+Text = Annotated[str, AfterValidator(_clean_text)]
+
+
+class WaitlistRequest(BaseModel):
+    """A registration of interest: claim a room, follow rooms, or add arcade."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="WaitlistRequest")
+
+    email: Email = Field(description="Contact address for early access.", max_length=320)
+    intent: Literal["claim", "member", "arcade"] = Field(
+        description="claim a room, follow rooms (member), or add arcade."
+    )
+    project: Text | None = Field(
+        default=None, max_length=120, description="Project, ticker, collection or launch name."
+    )
+    message: Text | None = Field(
+        default=None, max_length=600, description="Context for the service team."
+    )
+
+
+class WaitlistResponse(BaseModel):
+    model_config = ConfigDict(title="WaitlistResponse")
+
+    ok: bool
+    message: str | None = None
+
+
+_CODES = {
+    "missing": ("missing", "This field is required."),
+    "extra_forbidden": ("unknown_field", "This field is not accepted."),
+    "string_type": ("invalid_type", "This field must be a string."),
+    "literal_error": ("invalid_choice", "This field must be one of: claim, member, arcade."),
+    "string_too_long": ("too_long", "This field is too long."),
+}
+
+
+def _field_error(detail: ErrorDetails) -> FieldError:
+    field = ".".join(str(part) for part in detail["loc"]) or "body"
+    kind = detail["type"]
+    if kind in _CODES:
+        code, message = _CODES[kind]
+        if kind == "string_too_long":
+            limit = (detail.get("ctx") or {}).get("max_length")
+            message = f"This field must be at most {limit} characters."
+        return FieldError(field, code, message)
+    if kind in ("invalid_email", "invalid_characters"):
+        return FieldError(field, kind, detail["msg"])
+    return FieldError(field, "invalid", "This field is not valid.")
+
+
+def _blank_optional_as_absent(body: dict[str, Any]) -> dict[str, Any]:
+    # An HTML form sends `project=` when the box is left empty; that means "not given".
+    return {
+        key: value
+        for key, value in body.items()
+        if not (key in ("project", "message") and isinstance(value, str) and not value.strip())
+    }
+
+
+def parse_registration(body: dict[str, Any], now: datetime) -> Registration:
+    try:
+        request = WaitlistRequest.model_validate(_blank_optional_as_absent(body))
+    except ValidationError as error:
+        errors = sorted({_field_error(detail) for detail in error.errors()}, key=lambda e: e.field)
+        raise BadRequest("The waitlist registration is not valid.", errors=errors) from None
+    return Registration(
+        email=request.email,
+        email_key=request.email.lower(),
+        intent=request.intent,
+        project=request.project,
+        message=request.message,
+        at=now,
+    )
+
+
+def client_address(request: Request) -> str:
+    # remote_addr is filled only from the proxy headers Sanic is configured to trust
+    # (PROXIES_COUNT, REAL_IP_HEADER, FORWARDED_SECRET); otherwise it is empty and the peer counts.
+    return request.remote_addr or request.ip
+
+
+def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Blueprint:
+    bp = Blueprint("waitlist")
+
+    @bp.post("/api/waitlist")
+    async def register(request: Request) -> HTTPResponse:
+        ctx = request.app.ctx
+        retry_after = await ctx.limiter.hit(client_address(request))
+        if retry_after is not None:
+            ctx.metrics.waitlist_limited.inc()
+            raise TooManyRequests(retry_after)
+        registration = parse_registration(read_body(request), clock())
+        try:
+            await ctx.registrations.submit(registration)
+        except Exception as error:
+            raise ServiceUnavailable() from error
+        ctx.metrics.registrations.labels(intent=registration.intent).inc()
+        return json_response({"ok": True, "message": ACCEPTED})
+
+    return bp

@@ -1,0 +1,183 @@
+"""Shared fixtures: real storage (a SQLite file; PostgreSQL and Redis where the machine has them)
+and Sanic's reusable test client, which talks real HTTP to a server on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sanic import Sanic
+from sanic_testing.reusable import ReusableClient
+from sqlalchemy import delete
+from sqlalchemy.engine import make_url
+
+from service.app import create_app
+from service.db.engine import create_engine, migrate
+from service.db.tables import metadata
+from service.settings import Settings
+
+POSTGRES_URL = os.environ.get("SERVICE_TEST_POSTGRES_URL")
+REDIS_URL = os.environ.get("SERVICE_TEST_REDIS_URL")
+RUN_ID = uuid.uuid4().hex[:12]
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+Sanic.test_mode = True
+
+
+class Clock:
+    """A clock the test moves by hand; nothing waits for real time to pass."""
+
+    def __init__(self, start: datetime = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.new_event_loop().run_until_complete(coro)
+
+
+async def _admin_execute(url: str, sql: str) -> None:
+    import asyncpg
+
+    parsed = make_url(url)
+    conn = await asyncpg.connect(
+        host=parsed.host,
+        port=parsed.port or 5432,
+        user=parsed.username,
+        password=parsed.password,
+        database=parsed.database,
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_database() -> Iterator[str]:
+    """A database of this run's own on the machine's PostgreSQL, dropped afterwards."""
+    if not POSTGRES_URL:
+        pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
+    name = f"service_test_{RUN_ID}"
+    _run(_admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
+    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    migrate(url)
+    yield url
+    _run(_admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _empty_tables(url: str) -> None:
+    engine = create_engine(url)
+    try:
+        async with engine.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                await conn.execute(delete(table))
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database: a fresh SQLite file, or this run's PostgreSQL database."""
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'service.db'}"
+        migrate(url)
+        return url
+    url = request.getfixturevalue("postgres_database")
+    _run(_empty_tables(url))
+    return url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'service.db'}"
+    migrate(url)
+    return url
+
+
+@pytest.fixture(params=["memory", "redis"])
+def rate_limit_storage(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Settings for the limiter's storage: process memory, or the machine's Redis."""
+    if request.param == "memory":
+        return {"rate_limit_storage": "memory://"}
+    if not REDIS_URL:
+        pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to test against")
+    prefix = f"service-test-{RUN_ID}-{uuid.uuid4().hex[:8]}"
+    yield {"rate_limit_storage": REDIS_URL, "rate_limit_key_prefix": prefix}
+    _run(_drop_redis_prefix(REDIS_URL, prefix))
+
+
+async def _drop_redis_prefix(url: str, prefix: str) -> None:
+    import coredis
+
+    client = coredis.Redis.from_url(url)
+    keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+    if keys:
+        await client.delete(keys)
+
+
+class Client:
+    """Sanic's ReusableClient with a smaller surface: each call returns the response only."""
+
+    def __init__(self, app: Sanic) -> None:
+        self.app = app
+        self._client = ReusableClient(app)
+
+    def __enter__(self) -> Client:
+        self._client.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._client.__exit__(*exc)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        _, response = self._client._sanic_endpoint_test(method, path, **kwargs)
+        return response
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        return self.request("get", path, **kwargs)
+
+    def head(self, path: str, **kwargs: Any) -> Any:
+        return self.request("head", path, **kwargs)
+
+    def post(self, path: str, **kwargs: Any) -> Any:
+        return self.request("post", path, **kwargs)
+
+    def run(self, coro: Any) -> Any:
+        """Run a coroutine on the server's loop (to read the database the app writes)."""
+        return self._client._run(coro)
+
+
+MakeClient = Callable[..., Any]
+
+
+@pytest.fixture
+def make_client(sqlite_url: str, clock: Clock) -> MakeClient:
+    """Build an app from settings overrides and serve it for the length of a `with` block."""
+
+    @contextmanager
+    def build(**overrides: Any) -> Iterator[Client]:
+        options: dict[str, Any] = {"database_url": sqlite_url, "waitlist_rate_limit": "1000/minute"}
+        options.update(overrides)
+        app = create_app(Settings(**options), clock=overrides.pop("clock", clock))
+        with Client(app) as client:
+            yield client
+
+    return build
