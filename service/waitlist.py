@@ -52,19 +52,30 @@ Email = Annotated[str, AfterValidator(_email), Field(json_schema_extra={"format"
 Text = Annotated[str, AfterValidator(_clean_text)]
 
 
+def _no_null_defaults(schema: dict[str, Any]) -> None:
+    # The optional members may be absent but never null; a `"default": null` would say otherwise.
+    for member in schema.get("properties", {}).values():
+        if member.get("default", ...) is None:
+            del member["default"]
+
+
 class WaitlistRequest(BaseModel):
     """A registration of interest: claim a room, follow rooms, or add arcade."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, title="WaitlistRequest")
+    model_config = ConfigDict(
+        extra="forbid", strict=True, title="WaitlistRequest", json_schema_extra=_no_null_defaults
+    )
 
     email: Email = Field(description="Contact address for early access.", max_length=320)
     intent: Literal["claim", "member", "arcade"] = Field(
         description="claim a room, follow rooms (member), or add arcade."
     )
-    project: Text | None = Field(
+    # Optional but never null: a default of None that the type itself does not admit, so an explicit
+    # `null` is a type error (DESIGN.md: nulls are 400) while an absent member stays None.
+    project: Text = Field(  # type: ignore[assignment]
         default=None, max_length=120, description="Project, ticker, collection or launch name."
     )
-    message: Text | None = Field(
+    message: Text = Field(  # type: ignore[assignment]
         default=None, max_length=600, description="Context for the service team."
     )
 
@@ -82,6 +93,11 @@ _CODES = {
     "string_type": ("invalid_type", "This field must be a string."),
     "literal_error": ("invalid_choice", "This field must be one of: claim, member, arcade."),
     "string_too_long": ("too_long", "This field is too long."),
+    "too_long": ("too_long", "This field is too long."),
+    "string_unicode": (
+        "invalid_characters",
+        "This field contains characters that are not valid Unicode.",
+    ),
 }
 
 
@@ -90,7 +106,7 @@ def _field_error(detail: ErrorDetails) -> FieldError:
     kind = detail["type"]
     if kind in _CODES:
         code, message = _CODES[kind]
-        if kind == "string_too_long":
+        if code == "too_long":
             limit = (detail.get("ctx") or {}).get("max_length")
             message = f"This field must be at most {limit} characters."
         return FieldError(field, code, message)

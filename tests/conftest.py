@@ -113,10 +113,11 @@ def sqlite_url(tmp_path: Path) -> str:
 
 
 @pytest.fixture(params=["memory", "redis"])
-def rate_limit_storage(request: pytest.FixtureRequest) -> dict[str, str]:
+def rate_limit_storage(request: pytest.FixtureRequest) -> Iterator[dict[str, str]]:
     """Settings for the limiter's storage: process memory, or the machine's Redis."""
     if request.param == "memory":
-        return {"rate_limit_storage": "memory://"}
+        yield {"rate_limit_storage": "memory://"}
+        return
     if not REDIS_URL:
         pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to test against")
     prefix = f"service-test-{RUN_ID}-{uuid.uuid4().hex[:8]}"

@@ -1,0 +1,85 @@
+"""One JSON error shape for every failure, and no traceback ever reaches a client."""
+
+from __future__ import annotations
+
+import pytest
+from sanic import Request
+
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import Client
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "body"),
+    [
+        ("get", "/no/such/page", 404, {"ok": False, "message": "Nothing is here."}),
+        ("get", "/api/waitlist", 405, {"ok": False, "message": "This method is not allowed here."}),
+        ("delete", "/api/waitlist", 405, {"ok": False, "message": "This method is not allowed here."}),
+        ("post", "/healthz", 405, {"ok": False, "message": "This method is not allowed here."}),
+    ],
+)
+def test_routing_errors_are_json(make_client, method, path, status, body):
+    """Unknown paths and methods answer in the error shape, as JSON."""
+    with make_client() as client:
+        response = client.request(method, path)
+    assert (response.status_code, response.json) == (status, body)
+    assert response.headers["content-type"] == "application/json"
+
+
+def test_unexpected_error_is_a_plain_500(sqlite_url, caplog):
+    """A bug answers 500 with a fixed sentence; the traceback goes to the log, not the client."""
+    app = create_app(Settings(database_url=sqlite_url))
+
+    async def boom(request: Request):
+        raise RuntimeError("internal detail: password=hunter2")
+
+    app.add_route(boom, "/boom")
+    with Client(app) as client:
+        response = client.get("/boom")
+    assert (response.status_code, response.json) == (
+        500,
+        {"ok": False, "message": "The server could not complete the request."},
+    )
+    assert "hunter2" not in response.text and "Traceback" not in response.text
+    assert any("hunter2" in str(record.exc_info) for record in caplog.records if record.exc_info)
+
+
+def test_health_and_readiness(make_client):
+    """/healthz says alive; /readyz says the database answers."""
+    with make_client() as client:
+        alive, ready = client.get("/healthz"), client.get("/readyz")
+    assert (alive.status_code, alive.json) == (200, {"ok": True})
+    assert (ready.status_code, ready.json) == (200, {"ok": True, "database": "up"})
+
+
+def test_readiness_fails_when_the_database_is_unreachable():
+    """/readyz answers 503 when the database cannot be reached (a closed port here)."""
+    app = create_app(Settings(database_url="postgresql://nobody@127.0.0.1:9/none"))
+    with Client(app) as client:
+        ready = client.get("/readyz")
+        registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
+    assert (ready.status_code, ready.json) == (
+        503,
+        {"ok": False, "message": "The database is not reachable.", "database": "down"},
+    )
+    assert (registration.status_code, registration.json) == (
+        503,
+        {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+    )
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [("https://launch.example", True), ("https://evil.example", False), (None, False)],
+)
+def test_cors_only_for_configured_origins(make_client, origin, allowed):
+    """Browser scripts may POST from configured origins only, and never with credentials."""
+    headers = {"origin": origin} if origin else {}
+    with make_client(cors_origins=("https://launch.example",)) as client:
+        preflight = client.request("options", "/api/waitlist", headers=headers)
+        post = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"}, headers=headers)
+    assert preflight.status_code == 204
+    assert preflight.headers.get("access-control-allow-origin") == (origin if allowed else None)
+    assert post.headers.get("access-control-allow-origin") == (origin if allowed else None)
+    assert "access-control-allow-credentials" not in post.headers

@@ -1,0 +1,68 @@
+"""`python -m service waitlist export`: CSV (formula-safe) and JSONL of every registration."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from service.cli import main, neutralise
+
+ROWS = [
+    {"email": "ada@example.com", "intent": "claim", "project": "=HYPERLINK(\"http://x\")", "message": "+1 gm"},
+    {"email": "bob@example.com", "intent": "member", "project": "-2+3", "message": "@SUM(A1)"},
+    {"email": "cy@example.com", "intent": "arcade", "project": "Plain, \"quoted\"", "message": "line1\nline2"},
+]
+
+
+@pytest.mark.parametrize(
+    ("cell", "expected"),
+    [
+        ("=1+1", "'=1+1"),
+        ("+1", "'+1"),
+        ("-1", "'-1"),
+        ("@A1", "'@A1"),
+        ("\tx", "'\tx"),
+        ("\rx", "'\rx"),
+        ("a=b", "a=b"),
+        ("", ""),
+        (None, None),
+    ],
+)
+def test_neutralise_formula_cells(cell, expected):
+    """Cells a spreadsheet would evaluate get a leading quote; everything else is untouched."""
+    assert neutralise(cell) == expected
+
+
+def _register(make_client, url):
+    with make_client(database_url=url) as client:
+        for row in ROWS:
+            assert client.post("/api/waitlist", json=row).status_code == 200
+
+
+def test_csv_export_neutralises_and_round_trips(make_client, database_url, monkeypatch, capsys):
+    """The CSV has the documented columns, every row, and no cell that starts a formula."""
+    _register(make_client, database_url)
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["waitlist", "export", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    table = list(csv.DictReader(io.StringIO(captured.out)))
+    assert list(table[0]) == ["email", "intent", "project", "message", "createdAt", "updatedAt"]
+    assert [(r["email"], r["intent"], r["project"], r["message"]) for r in table] == [
+        ("ada@example.com", "claim", "'=HYPERLINK(\"http://x\")", "'+1 gm"),
+        ("bob@example.com", "member", "'-2+3", "'@SUM(A1)"),
+        ("cy@example.com", "arcade", "Plain, \"quoted\"", "line1\nline2"),
+    ]
+    assert captured.err.strip() == "exported 3 registrations"
+
+
+def test_jsonl_export_keeps_values_exact(make_client, database_url, monkeypatch, capsys):
+    """JSONL is data, not a spreadsheet: values come out exactly as stored, one object per line."""
+    _register(make_client, database_url)
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["waitlist", "export", "--format", "jsonl"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [{k: line[k] for k in ("email", "intent", "project", "message")} for line in lines] == ROWS
+    assert all(line["createdAt"].endswith("Z") for line in lines)

@@ -1,0 +1,84 @@
+"""429 on POST /api/waitlist, on process memory and on the machine's Redis."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Client
+
+BODY = {"email": "rate@example.com", "intent": "claim"}
+LIMITED = {"ok": False, "message": "Too many requests; try again later."}
+
+
+def post(client, headers=None, body=BODY):
+    return client.post("/api/waitlist", json=body, headers=headers or {})
+
+
+def test_requests_over_the_limit_are_429_with_retry_after(make_client, rate_limit_storage):
+    """The fourth request in a minute under `3/minute` is 429 with Retry-After in seconds."""
+    with make_client(waitlist_rate_limit="3/minute", **rate_limit_storage) as client:
+        statuses = [post(client).status_code for _ in range(3)]
+        limited = post(client)
+    assert statuses == [200, 200, 200]
+    assert (limited.status_code, limited.json) == (429, LIMITED)
+    assert 1 <= int(limited.headers["retry-after"]) <= 60
+
+
+def test_invalid_requests_count_against_the_limit(make_client, rate_limit_storage):
+    """Bad bodies spend the allowance too, so guessing at the schema cannot dodge the limit."""
+    with make_client(waitlist_rate_limit="2/minute", **rate_limit_storage) as client:
+        first = post(client, body={"email": "x"}).status_code
+        second = post(client, body={"email": "x"}).status_code
+        third = post(client).status_code
+    assert (first, second, third) == (400, 400, 429)
+
+
+def test_spoofed_forwarded_for_changes_nothing(make_client, rate_limit_storage):
+    """Without proxy settings, X-Forwarded-For is ignored: rotating it does not reset the limit."""
+    with make_client(waitlist_rate_limit="2/minute", **rate_limit_storage) as client:
+        statuses = [
+            post(client, headers={"x-forwarded-for": f"203.0.113.{n}", "x-real-ip": f"198.51.100.{n}"}).status_code
+            for n in range(4)
+        ]
+    assert statuses == [200, 200, 429, 429]
+
+
+def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_limit_storage):
+    """With SANIC_PROXIES_COUNT=1 the forwarded address is the client, each with its own allowance."""
+    from service.app import create_app
+    from service.settings import Settings
+
+    monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
+    settings = Settings(database_url=sqlite_url, waitlist_rate_limit="1/minute", **rate_limit_storage)
+    with Client(create_app(settings)) as client:
+        statuses = [
+            post(client, headers={"x-forwarded-for": address}).status_code
+            for address in ("203.0.113.1", "203.0.113.2", "203.0.113.1")
+        ]
+    assert statuses == [200, 200, 429]
+
+
+def test_limit_is_shared_by_two_servers_on_redis(sqlite_url, rate_limit_storage):
+    """Two server processes' apps on one Redis enforce one limit per client between them."""
+    if rate_limit_storage["rate_limit_storage"].startswith("memory"):
+        pytest.skip("process memory is not shared between servers by design")
+    from service.app import create_app
+    from service.settings import Settings
+
+    settings = Settings(database_url=sqlite_url, waitlist_rate_limit="3/minute", **rate_limit_storage)
+    with Client(create_app(settings)) as one:
+        first = [post(one).status_code for _ in range(2)]
+    with Client(create_app(settings)) as two:
+        second = [post(two).status_code for _ in range(2)]
+    assert (first, second) == ([200, 200], [200, 429])
+
+
+@pytest.mark.parametrize(
+    ("notation", "allowed"),
+    [("1/minute", 1), ("2/hour;5/day", 2), ("4/minute;2/hour", 2)],
+)
+def test_limits_notation_with_several_windows(make_client, notation, allowed):
+    """Every window in `SERVICE_WAITLIST_RATE_LIMIT` applies; the tightest one decides."""
+    with make_client(waitlist_rate_limit=notation) as client:
+        statuses = [post(client).status_code for _ in range(allowed + 1)]
+    assert statuses == [200] * allowed + [429]
