@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -53,10 +54,8 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = 30.0
 
 def kill(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the whole process group: no shutdown hook runs, nothing is flushed."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     process.wait(timeout=10)
 
 

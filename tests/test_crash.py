@@ -25,7 +25,7 @@ async def _register_until_killed(port: int, answered: list[str], stop: threading
                 async with session.post(url, json={"email": email, "intent": "claim"}) as response:
                     if response.status == 200:
                         answered.append(email)
-            except (aiohttp.ClientError, asyncio.TimeoutError):
+            except (TimeoutError, aiohttp.ClientError):
                 if stop.is_set():
                     return
                 await asyncio.sleep(0.01)
