@@ -1,0 +1,122 @@
+"""The waitlist in numbers: pure functions on the frame ``load.load_registrations`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+from service.waitlist import INTENTS as ACCEPTED_INTENTS
+
+# Every intent the service accepts, so an intent nobody picked yet still shows, as zero; sorted
+# because every table here is.
+INTENTS = tuple(sorted(ACCEPTED_INTENTS))
+DECIMALS = 4  # enough to tell shares apart, few enough that notebook output never jitters
+# Masked addresses collide ("a***@example.com"), so identity needs one of these, best first.
+IDENTITY_COLUMNS = ("email_hash", "email_key")
+
+
+@dataclass(frozen=True, slots=True)
+class MessageLengths:
+    """``summary``: one row of statistics; ``lengths``: one value per message, for a histogram."""
+
+    summary: pd.DataFrame
+    lengths: pd.Series
+
+
+def intent_mix(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``intent, count, share``, one row per intent (every known one), sorted by intent."""
+    counts = df["intent"].value_counts()
+    intents = _intents(df)
+    counts = counts.reindex(intents, fill_value=0).astype("int64")
+    return pd.DataFrame(
+        {"intent": intents, "count": counts.to_numpy(), "share": _share(counts).to_numpy()}
+    ).astype({"intent": "str"})
+
+
+def registrations_over_time(df: pd.DataFrame, freq: str = "D") -> pd.DataFrame:
+    """Columns ``period`` then one count column per intent, every period in range, zeros filled.
+
+    ``period`` labels follow pandas resampling: ``"D"`` the day, ``"MS"`` the month's first day,
+    ``"W"`` the Sunday that ends the week.
+    """
+    intents = _intents(df)
+    onehot = pd.get_dummies(df["intent"]).reindex(columns=intents, fill_value=False)
+    onehot = onehot.astype("int64").set_axis(pd.DatetimeIndex(df["created_at"]), axis="index")
+    counts = onehot.resample(freq).sum()
+    counts.index.name = "period"
+    counts.columns.name = None
+    return counts.reset_index()
+
+
+def repeat_registrations(df: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``intents, identities, share``: how many addresses registered under 1, 2, 3 intents.
+
+    Rows with ``intents > 1`` are the repeats; the ``1`` row is there so shares have their base.
+    Identity comes from ``email_hash`` (or ``email_key``); the masked ``email`` is refused.
+    """
+    key = next((column for column in IDENTITY_COLUMNS if column in df.columns), None)
+    if key is None:
+        raise ValueError(f"need an identity column, one of {IDENTITY_COLUMNS}")
+    per_identity = df.groupby(key)["intent"].nunique()
+    counts = per_identity.value_counts()
+    most = max(len(INTENTS), int(counts.index.max()) if len(counts) else 0)
+    counts = counts.reindex(range(1, most + 1), fill_value=0).astype("int64")
+    return pd.DataFrame(
+        {
+            "intents": counts.index.to_numpy(dtype="int64"),
+            "identities": counts.to_numpy(),
+            "share": _share(counts).to_numpy(),
+        }
+    )
+
+
+def top_projects(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
+    """Columns ``project, count``: the ``n`` most named projects, most first, ties alphabetical.
+
+    Names are compared trimmed, with inner whitespace collapsed and case folded, so "Moon  DAO"
+    and "moon dao" count as one; blank names are not projects.
+    """
+    if n < 0:
+        raise ValueError("n must be zero or more")
+    names = df["project"].dropna().map(lambda name: " ".join(str(name).split()).casefold())
+    counts = names[names != ""].value_counts()
+    out = pd.DataFrame({"project": counts.index.astype("str"), "count": counts.to_numpy(dtype="int64")})
+    out = out.sort_values(["count", "project"], ascending=[False, True], kind="stable")
+    return out.head(n).reset_index(drop=True)
+
+
+def message_lengths(df: pd.DataFrame) -> MessageLengths:
+    """Message length in characters (trimmed); a blank or missing message is no message.
+
+    ``summary`` columns: ``count`` (registrations), ``messages``, ``with_message`` (share),
+    ``mean, p50, p90, max`` over the messages (NaN when there are none).
+    """
+    trimmed = df["message"].dropna().map(lambda text: str(text).strip())
+    lengths = trimmed[trimmed != ""].str.len().astype("int64")
+    lengths = lengths.sort_values(kind="stable").reset_index(drop=True).rename("length")
+    count = len(df)
+    summary = pd.DataFrame(
+        {
+            "count": [count],
+            "messages": [len(lengths)],
+            "with_message": [round(len(lengths) / count, DECIMALS) if count else 0.0],
+            "mean": [lengths.mean()],
+            "p50": [lengths.quantile(0.5)],
+            "p90": [lengths.quantile(0.9)],
+            "max": [float(lengths.max()) if len(lengths) else float("nan")],
+        }
+    ).astype({"count": "int64", "messages": "int64", "mean": "float64"})
+    return MessageLengths(summary=summary.round(DECIMALS), lengths=lengths)
+
+
+def _intents(df: pd.DataFrame) -> list[str]:
+    # Known intents always, plus any in the data, so an unexpected value shows, not vanishes.
+    return sorted(set(INTENTS) | set(df["intent"].dropna().astype(str)))
+
+
+def _share(counts: pd.Series) -> pd.Series:
+    total = counts.sum()
+    if total == 0:
+        return counts.astype("float64")  # all zero: a share of nothing is 0, not NaN
+    return (counts / total).round(DECIMALS)

@@ -1,0 +1,193 @@
+"""Charts draw what their frames say: bar heights, labels and titles read back from the axes."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from io import BytesIO
+
+import matplotlib
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+from matplotlib.text import Text
+
+from analytics import charts
+
+matplotlib.use("Agg")  # no display in tests; figures are rendered off-screen
+
+
+def only_axes(fig: Figure) -> Axes:
+    (ax,) = fig.axes
+    return ax
+
+
+def bars(ax: Axes) -> list[Rectangle]:
+    patches = list(ax.patches)
+    assert all(isinstance(patch, Rectangle) for patch in patches)
+    return [patch for patch in patches if isinstance(patch, Rectangle)]
+
+
+def heights(ax: Axes) -> list[float]:
+    return [float(bar.get_height()) for bar in bars(ax)]
+
+
+def widths(ax: Axes) -> list[float]:
+    return [float(bar.get_width()) for bar in bars(ax)]
+
+
+def ticks(labels: list[Text]) -> list[str]:
+    return [label.get_text() for label in labels]
+
+
+def render_png(fig: Figure) -> bytes:
+    out = BytesIO()
+    fig.savefig(out, format="png")  # PNG output always goes through the Agg renderer
+    return out.getvalue()
+
+
+MIX = pd.DataFrame(
+    {"intent": ["arcade", "claim", "member"], "count": [2, 3, 1], "share": [0.3333, 0.5, 0.1667]}
+)
+OVER_TIME = pd.DataFrame(
+    {
+        "period": pd.to_datetime(["2024-03-01", "2024-03-02"], utc=True),
+        "arcade": [0, 1],
+        "claim": [2, 0],
+        "member": [1, 1],
+    }
+)
+TOP = pd.DataFrame({"project": ["moon dao", "zeta", "alpha"], "count": [2, 2, 1]})
+LENGTHS = pd.Series([2, 11, 15, 15], name="length")
+RATES = pd.DataFrame(
+    {
+        "partner_name": ["Acme", "Beta"],
+        "event": ["order.created", "order.created"],
+        "deliveries": [2, 4],
+        "delivered": [1, 4],
+        "rate": [0.5, 1.0],
+    }
+)
+LATENCY = pd.DataFrame(
+    {
+        "partner_name": ["Acme", "Beta"],
+        "attempts": [6, 4],
+        "p50": [185.0, 400.0],
+        "p90": [2650.0, 2923.0],
+        "p99": [4765.0, 3892.3],
+    }
+)
+REASONS = pd.DataFrame(
+    {
+        "error_class": ["http_500", "timeout"],
+        "status_code": pd.array([500, None], dtype="Int64"),
+        "attempts": [2, 1],
+        "share": [0.6667, 0.3333],
+    }
+)
+
+
+def test_intent_mix_chart() -> None:
+    """One bar per intent, as tall as its count, labelled with the intent."""
+    ax = only_axes(charts.intent_mix_chart(MIX))
+    assert heights(ax) == [2.0, 3.0, 1.0]
+    assert ticks(ax.get_xticklabels()) == ["arcade", "claim", "member"]
+    assert ax.get_title() == "Registrations by intent"
+
+
+def test_registrations_over_time_chart() -> None:
+    """One line per intent carrying its counts, named in the legend."""
+    ax = only_axes(charts.registrations_over_time_chart(OVER_TIME))
+    lines = {line.get_label(): np.asarray(line.get_ydata(), dtype=float).tolist() for line in ax.get_lines()}
+    assert lines == {"arcade": [0.0, 1.0], "claim": [2.0, 0.0], "member": [1.0, 1.0]}
+    legend = ax.get_legend()
+    assert legend is not None
+    assert ticks(legend.get_texts()) == ["arcade", "claim", "member"]
+
+
+def test_top_projects_chart() -> None:
+    """Horizontal bars in frame order, the first project at the top."""
+    ax = only_axes(charts.top_projects_chart(TOP))
+    assert widths(ax) == [2.0, 2.0, 1.0]
+    assert ticks(ax.get_yticklabels()) == ["moon dao", "zeta", "alpha"]
+    assert ax.yaxis_inverted()
+
+
+def test_message_length_chart() -> None:
+    """The histogram holds every message once, across the requested bins."""
+    ax = only_axes(charts.message_length_chart(LENGTHS, bins=4))
+    assert heights(ax) == [1.0, 0.0, 1.0, 2.0]
+    assert ax.get_xlabel() == "characters"
+
+
+def test_success_rate_chart() -> None:
+    """Bars of the rate, labelled by the grouping columns, on a 0..1 scale."""
+    ax = only_axes(charts.success_rate_chart(RATES))
+    assert heights(ax) == [0.5, 1.0]
+    assert ticks(ax.get_xticklabels()) == ["Acme / order.created", "Beta / order.created"]
+    assert ax.get_ylim() == (0.0, 1.05)
+
+
+def test_success_rate_chart_overall() -> None:
+    """An ungrouped rate is one bar labelled "all"."""
+    overall = pd.DataFrame({"deliveries": [6], "delivered": [5], "rate": [0.8333]})
+    ax = only_axes(charts.success_rate_chart(overall))
+    assert heights(ax) == [0.8333]
+    assert ticks(ax.get_xticklabels()) == ["all"]
+
+
+def test_latency_chart() -> None:
+    """Grouped bars: for each percentile, one bar per group."""
+    ax = only_axes(charts.latency_chart(LATENCY))
+    assert heights(ax) == [185.0, 400.0, 2650.0, 2923.0, 4765.0, 3892.3]
+    assert ticks(ax.get_xticklabels()) == ["Acme", "Beta"]
+    legend = ax.get_legend()
+    assert legend is not None
+    assert ticks(legend.get_texts()) == ["p50", "p90", "p99"]
+
+
+def test_failure_reasons_chart() -> None:
+    """Horizontal bars per reason; a missing status code reads as "(none)"."""
+    ax = only_axes(charts.failure_reasons_chart(REASONS))
+    assert widths(ax) == [2.0, 1.0]
+    assert ticks(ax.get_yticklabels()) == ["http_500 / 500", "timeout / (none)"]
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: charts.intent_mix_chart(MIX),
+        lambda: charts.registrations_over_time_chart(OVER_TIME),
+        lambda: charts.top_projects_chart(TOP),
+        lambda: charts.message_length_chart(LENGTHS),
+        lambda: charts.success_rate_chart(RATES),
+        lambda: charts.latency_chart(LATENCY),
+        lambda: charts.failure_reasons_chart(REASONS),
+    ],
+)
+def test_charts_render_with_agg(draw: Callable[[], Figure]) -> None:
+    """Every chart renders off-screen, with a title and no timestamp in it."""
+    fig = draw()
+    assert render_png(fig).startswith(b"\x89PNG")
+    title = only_axes(fig).get_title()
+    assert title
+    assert not any(ch.isdigit() for ch in title)
+
+
+@pytest.mark.parametrize(
+    "draw",
+    [
+        lambda: charts.intent_mix_chart(MIX.iloc[:0]),
+        lambda: charts.top_projects_chart(TOP.iloc[:0]),
+        lambda: charts.message_length_chart(LENGTHS.iloc[:0]),
+        lambda: charts.failure_reasons_chart(REASONS.iloc[:0]),
+    ],
+)
+def test_charts_of_nothing_are_empty(draw: Callable[[], Figure]) -> None:
+    """Empty answers render with no bar of any area instead of failing."""
+    fig = draw()
+    assert render_png(fig).startswith(b"\x89PNG")
+    areas = [bar.get_height() * bar.get_width() for bar in bars(only_axes(fig))]
+    assert sum(areas) == 0.0

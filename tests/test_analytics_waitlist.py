@@ -1,0 +1,168 @@
+"""Waitlist analyses on a small hand-made registrations frame with answers worked out by hand."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from pandas.testing import assert_frame_equal, assert_series_equal
+
+from analytics import waitlist
+
+UTC_TIME = "datetime64[ns, UTC]"
+
+
+def utc(*stamps: str) -> pd.Series:
+    return pd.Series(pd.to_datetime(list(stamps), utc=True)).astype(UTC_TIME)
+
+
+def registrations() -> pd.DataFrame:
+    # ann registers under all three intents; bob, cat and dan under one each.
+    return pd.DataFrame(
+        {
+            "email": ["a***@x.com", "a***@x.com", "b***@x.com", "c***@x.com", "a***@x.com", "d***@x.com"],
+            "email_hash": ["h_ann", "h_ann", "h_bob", "h_cat", "h_ann", "h_dan"],
+            "intent": ["claim", "member", "claim", "arcade", "arcade", "claim"],
+            "project": ["Moon DAO", " moon  dao ", "Zeta", "alpha", None, "Zeta"],
+            "message": ["gm", None, "  ", "I want in early", "", "hello there"],
+            "created_at": utc(
+                "2024-03-01T09:00",
+                "2024-03-01T18:00",
+                "2024-03-03T12:00",
+                "2024-03-03T13:00",
+                "2024-03-04T08:00",
+                "2024-03-04T09:00",
+            ),
+        }
+    )
+
+
+def test_intent_mix() -> None:
+    """Counts and shares per intent, sorted by intent."""
+    expected = pd.DataFrame(
+        {"intent": ["arcade", "claim", "member"], "count": [2, 3, 1], "share": [0.3333, 0.5, 0.1667]}
+    )
+    assert_frame_equal(waitlist.intent_mix(registrations()), expected)
+
+
+def test_intent_mix_of_nothing_lists_every_intent() -> None:
+    """With no registrations every intent is still present, with zero count and share."""
+    expected = pd.DataFrame(
+        {"intent": ["arcade", "claim", "member"], "count": [0, 0, 0], "share": [0.0, 0.0, 0.0]}
+    )
+    assert_frame_equal(waitlist.intent_mix(registrations().iloc[:0]), expected)
+
+
+def test_intent_mix_keeps_an_unknown_intent() -> None:
+    """An intent outside the known three shows up rather than being dropped."""
+    frame = pd.DataFrame({"intent": ["claim", "beta"]})
+    expected = pd.DataFrame(
+        {
+            "intent": ["arcade", "beta", "claim", "member"],
+            "count": [0, 1, 1, 0],
+            "share": [0.0, 0.5, 0.5, 0.0],
+        }
+    )
+    assert_frame_equal(waitlist.intent_mix(frame), expected)
+
+
+@pytest.mark.parametrize(
+    ("freq", "periods", "arcade", "claim", "member"),
+    [
+        (
+            "D",
+            ("2024-03-01", "2024-03-02", "2024-03-03", "2024-03-04"),
+            [0, 0, 1, 1],
+            [1, 0, 1, 1],
+            [1, 0, 0, 0],
+        ),
+        ("MS", ("2024-03-01",), [2], [3], [1]),
+    ],
+)
+def test_registrations_over_time(
+    freq: str, periods: tuple[str, ...], arcade: list[int], claim: list[int], member: list[int]
+) -> None:
+    """Counts per period and intent, with empty periods filled with zeros."""
+    expected = pd.DataFrame({"period": utc(*periods), "arcade": arcade, "claim": claim, "member": member})
+    result = waitlist.registrations_over_time(registrations(), freq=freq)
+    assert_frame_equal(result, expected, check_freq=False)
+
+
+def test_registrations_over_time_of_nothing() -> None:
+    """No registrations give no periods but still one column per intent."""
+    result = waitlist.registrations_over_time(registrations().iloc[:0])
+    assert list(result.columns) == ["period", "arcade", "claim", "member"]
+    assert result.empty
+
+
+@pytest.mark.parametrize("identity", ["email_hash", "email_key"])
+def test_repeat_registrations(identity: str) -> None:
+    """Identities counted by how many intents they registered under, 1 to 3 always present."""
+    frame = registrations().rename(columns={"email_hash": identity})
+    expected = pd.DataFrame({"intents": [1, 2, 3], "identities": [3, 0, 1], "share": [0.75, 0.0, 0.25]})
+    assert_frame_equal(waitlist.repeat_registrations(frame), expected)
+
+
+def test_repeat_registrations_refuses_masked_emails() -> None:
+    """Masked addresses collide, so without a hash or key the function refuses to guess."""
+    with pytest.raises(ValueError, match="identity column"):
+        waitlist.repeat_registrations(registrations().drop(columns="email_hash"))
+
+
+@pytest.mark.parametrize(
+    ("n", "projects", "counts"),
+    [
+        (10, ["moon dao", "zeta", "alpha"], [2, 2, 1]),
+        (2, ["moon dao", "zeta"], [2, 2]),
+        (1, ["moon dao"], [2]),
+        (0, [], []),
+    ],
+)
+def test_top_projects(n: int, projects: list[str], counts: list[int]) -> None:
+    """Names normalised for case and spacing, most first, ties alphabetical, blanks ignored."""
+    expected = pd.DataFrame({"project": projects, "count": counts}).astype(
+        {"project": "str", "count": "int64"}
+    )
+    assert_frame_equal(waitlist.top_projects(registrations(), n=n), expected)
+
+
+def test_top_projects_refuses_negative_n() -> None:
+    """A negative n is a mistake, not a request for everything but the last."""
+    with pytest.raises(ValueError, match="n must be"):
+        waitlist.top_projects(registrations(), n=-1)
+
+
+def test_message_lengths() -> None:
+    """Summary over non-blank messages, and one length per message for a histogram."""
+    result = waitlist.message_lengths(registrations())
+    expected = pd.DataFrame(
+        {
+            "count": [6],
+            "messages": [3],
+            "with_message": [0.5],
+            "mean": [9.3333],
+            "p50": [11.0],
+            "p90": [14.2],
+            "max": [15.0],
+        }
+    )
+    assert_frame_equal(result.summary, expected)
+    assert_series_equal(result.lengths, pd.Series([2, 11, 15], name="length"))
+
+
+def test_message_lengths_of_nothing() -> None:
+    """No registrations: zero counts and NaN statistics, never a division error."""
+    result = waitlist.message_lengths(registrations().iloc[:0])
+    nan = float("nan")
+    expected = pd.DataFrame(
+        {
+            "count": [0],
+            "messages": [0],
+            "with_message": [0.0],
+            "mean": [nan],
+            "p50": [nan],
+            "p90": [nan],
+            "max": [nan],
+        }
+    )
+    assert_frame_equal(result.summary, expected)
+    assert result.lengths.empty
