@@ -1,0 +1,148 @@
+"""The public webhook event catalog and single-event schema documents.
+
+Both are derived from the models in ``service.events`` and the signer's own description, so a
+new member or kind shows up here without anyone editing this file. Pure functions of ``base_url``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.events import (
+    EVENT_MODELS,
+    EventPayload,
+    dedupe_composition,
+    example_payload,
+    payload_fields,
+    payload_json_schema,
+)
+from service.webhooks.signing import signature_description
+
+# Spec "Versioning".
+INTERFACE_VERSION = "0.1.0"
+PUBLIC_API_VERSION = "2026-06-29"
+SCHEMA_VERSION = "1.0"
+
+CATALOG_KIND = "service.project.webhook-catalog"
+EVENT_SCHEMA_KIND = "service.public.webhook-event-schema"
+DELIVERY_STATUS = "schema-ready"  # spec "Events / Delivery": every event is schema-ready
+
+# The documented default of SERVICE_WEBHOOK_RETRY_SCHEDULE (DESIGN.md "Settings"): the catalog
+# describes the platform's promise, not whatever one deployment overrides it with.
+DEFAULT_RETRY_SCHEDULE = (5, 300, 1800, 7200, 18000, 36000, 36000)
+RETRY_JITTER = 0.2
+
+DELIVERY_MODEL = (
+    "Signed HTTPS POST of the event payload as JSON to partner-owned endpoints, only for partners "
+    "who have been onboarded and have webhook delivery enabled. Delivery is at least once: treat "
+    "eventId as an idempotency key and process each event id once. The catalog itself is public, "
+    "read-only and unsigned."
+)
+
+RATE_LIMITS = {
+    "catalogRoutes": (
+        "Read-only and unauthenticated; cache responses where appropriate and revalidate with "
+        "If-None-Match against the ETag."
+    ),
+    "webhookEvents": (
+        "Process event ids idempotently. The service avoids repeat announcements for the same "
+        "event (see each event's dedupeKey) and may batch high-volume signals."
+    ),
+    "attribution": "When displaying room facts, link back to the canonical room URL (roomUrl).",
+}
+
+SAFETY_BOUNDARIES = [
+    "The service describes public room context, authority state, link state, market context and "
+    "product surfaces.",
+    "It does not certify token safety, investment quality, price direction, liquidity, legal "
+    "compliance or team legitimacy.",
+    "Consumers preserve the room authority labels.",
+    "Consumers distinguish unclaimed stubs, community-maintained rooms, official owner rooms, NFT "
+    "rooms and project hubs.",
+    "Consumers link back to the canonical room URL when displaying room facts.",
+    "Consumers cache catalog and discovery responses where appropriate.",
+    "The public catalog routes are read-only and the catalog itself is unsigned.",
+    "Signed delivery is available only to partners who have been onboarded.",
+    "In a dedupeKey, event.id means the payload's eventId member.",
+    "room.arcade.high_score adds an optional scoreId member so its dedupe key (event.id + "
+    "scoreId) can be computed; without scoreId the key is the eventId alone.",
+]
+
+
+def _retry_text() -> str:
+    delays = ", ".join(str(delay) for delay in DEFAULT_RETRY_SCHEDULE)
+    return (
+        "A 2xx answer is success. Any other status, a timeout or a refused connection is retried "
+        f"after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects are not followed). "
+        "A 410 answer pauses the partner until it is resumed. When the schedule is exhausted the "
+        "delivery is failed until an admin retries it. A retry keeps its x-service-delivery id "
+        "and is signed with a fresh timestamp."
+    )
+
+
+def _subscription_model() -> dict[str, str]:
+    return {
+        "delivery": DELIVERY_MODEL,
+        "onboarding": (
+            "Partners are onboarded through admin controls only; there is no self-serve "
+            "subscription management. Onboarding issues the signing secret and may restrict the "
+            "subscription to chosen event kinds; pausing, testing, retrying and secret rotation "
+            "are admin operations too."
+        ),
+        "retry": _retry_text(),
+    }
+
+
+def public_api(base_url: str) -> str:
+    """``{base_url}/api/v1``, tolerating a trailing slash on ``base_url``."""
+    return base_url.rstrip("/") + "/api/v1"
+
+
+def schema_url(base_url: str, event_id: str) -> str:
+    return f"{public_api(base_url)}/webhooks/events/{event_id}"
+
+
+def event_entry(base_url: str, model: type[EventPayload]) -> dict[str, Any]:
+    """One member of ``events``: the spec's eight members, then the schema and where it lives."""
+    return {
+        "id": model.KIND,
+        "summary": model.SUMMARY,
+        "trigger": model.TRIGGER,
+        "trustBoundary": model.TRUST_BOUNDARY,
+        "dedupeKey": dedupe_composition(model),
+        "deliveryStatus": DELIVERY_STATUS,
+        "payloadFields": payload_fields(model),
+        "examplePayload": example_payload(model),
+        "payloadSchema": payload_json_schema(model),
+        "schemaUrl": schema_url(base_url, model.KIND),
+    }
+
+
+def catalog_document(base_url: str) -> dict[str, Any]:
+    """The webhook event catalog served at ``/api/v1/webhooks/events``."""
+    return {
+        "kind": CATALOG_KIND,
+        "schemaVersion": SCHEMA_VERSION,
+        "publicApi": public_api(base_url),
+        "publicApiVersion": PUBLIC_API_VERSION,
+        "deliveryModel": DELIVERY_MODEL,
+        "events": [event_entry(base_url, model) for model in EVENT_MODELS.values()],
+        "rateLimits": dict(RATE_LIMITS),
+        "safetyBoundaries": list(SAFETY_BOUNDARIES),
+        "signature": signature_description(),
+        "subscriptionModel": _subscription_model(),
+    }
+
+
+def event_document(base_url: str, event_id: str) -> dict[str, Any] | None:
+    """The single-event schema document, or None for an id the catalog does not list."""
+    model = EVENT_MODELS.get(event_id)
+    if model is None:
+        return None
+    return {
+        "kind": EVENT_SCHEMA_KIND,
+        "schemaVersion": SCHEMA_VERSION,
+        "publicApi": public_api(base_url),
+        "event": event_entry(base_url, model),
+        "signature": signature_description(),
+    }

@@ -1,0 +1,334 @@
+"""The catalog documents hold to the spec, and every example fits its own schema and model."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from service.catalog import (
+    INTERFACE_VERSION,
+    PUBLIC_API_VERSION,
+    SCHEMA_VERSION,
+    catalog_document,
+    event_document,
+)
+from service.events import dump_payload, parse_event
+from service.webhooks.signing import signature_description
+
+BASE_URL = "https://launchrooms.example"
+NOW = datetime(2026, 6, 29, 12, 0, 0, tzinfo=UTC)
+
+STRING, URL, NUMBER, TIME = "string", "string (URL)", "number", "string (ISO-8601 UTC)"
+COMMON = [("eventId", True, STRING), ("event", True, STRING), ("occurredAt", True, TIME)]
+
+# Written out from the spec's "Event kinds" section (scoreId and the roomType values from DESIGN.md):
+# id -> (meaning, trigger, boundary, dedupe key, [(member, required, type)]).
+SPEC: dict[str, tuple[str, str, str, str, list[tuple[str, bool, str]]]] = {
+    "room.claimed": (
+        "A room moved from unclaimed discovery into claimed control by an official owner or community "
+        "maintainer.",
+        "A claim payment and authority flow completes, or a room is otherwise recorded as claimed.",
+        "An authority and control event only; says nothing about token safety, investment quality, price, "
+        "liquidity or legal compliance.",
+        "event.id",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("project", True, STRING),
+            ("ticker", True, STRING),
+            ("chain", True, STRING),
+            ("contractAddress", False, STRING),
+            (
+                "roomType",
+                True,
+                "string (one of: official_owner, community_claimed, nft_room, unclaimed_stub)",
+            ),
+        ],
+    ),
+    "room.upgraded": (
+        "A room moves to Verified, Pro or Custom.",
+        "A paid upgrade activates or a managed room tier changes.",
+        "Describes active product features; does not rank or certify the project.",
+        "event.id + tier",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("previousTier", False, STRING),
+            ("tier", True, STRING),
+            ("tierLabel", True, STRING),
+        ],
+    ),
+    "room.links.updated": (
+        "Room-published website or social links changed.",
+        "A room maintainer saves official links or social surfaces.",
+        "Identifies what the room published; consumers present external links with phishing caution.",
+        "event.id + changedFields",
+        [("slug", True, STRING), ("roomUrl", True, URL), ("changedFields", True, "string[]")],
+    ),
+    "room.content.published": (
+        "A room owner or maintainer publishes an update.",
+        "An owner update, room note or other public room content is published.",
+        "Carries room-published content; no endorsement of the project's claims.",
+        "event.id + updateId",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("updateId", False, STRING),
+            ("title", False, STRING),
+        ],
+    ),
+    "project.deployment.indexed": (
+        "A chain-specific deployment is indexed into a project graph.",
+        "A credible deployment room is indexed for a project, including multichain project hub mapping.",
+        "Connects public room data; does not imply that all related deployments share the same authority "
+        "state.",
+        "event.id + chain + contractAddress",
+        [
+            ("slug", True, STRING),
+            ("project", True, STRING),
+            ("chain", True, STRING),
+            ("contractAddress", True, STRING),
+            ("roomUrl", True, URL),
+            ("hubUrl", False, URL),
+        ],
+    ),
+    "room.arcade.high_score": (
+        "A room-linked arcade game records a new high score.",
+        "The arcade high-score table records a public room-linked score.",
+        "A community engagement signal, not a market or investment signal.",
+        "event.id + scoreId",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("game", True, STRING),
+            ("playerName", True, STRING),
+            ("score", True, NUMBER),
+            ("scoreId", False, STRING),
+        ],
+    ),
+    "room.artwork.vote_milestone": (
+        "A room artwork submission reaches a public vote milestone.",
+        "Artwork voting crosses a configured milestone.",
+        "A community activity signal; mint eligibility or rights are confirmed in the room context.",
+        "event.id + artworkId + milestone",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("artworkId", True, STRING),
+            ("artworkTitle", False, STRING),
+            ("votes", True, NUMBER),
+            ("milestone", True, NUMBER),
+        ],
+    ),
+    "room.trending": (
+        "A room crosses a public trend threshold.",
+        "Public room activity crosses a configured threshold, with repeat suppression.",
+        "An activity signal, not a ranking guarantee, trading recommendation or quality score.",
+        "event.id + slug + window",
+        [
+            ("slug", True, STRING),
+            ("roomUrl", True, URL),
+            ("metric", True, STRING),
+            ("value", True, NUMBER),
+            ("window", True, STRING),
+        ],
+    ),
+    "platform.milestone": (
+        "The service reaches a public platform milestone.",
+        "A public milestone threshold is crossed.",
+        "Describes service usage, not token quality or market performance.",
+        "event.id + milestone",
+        [("milestone", True, STRING), ("value", True, NUMBER)],
+    ),
+}
+
+CATALOG = catalog_document(BASE_URL)
+ENTRIES = {entry["id"]: entry for entry in CATALOG["events"]}
+
+
+def test_versions_are_the_specs() -> None:
+    """The three version strings are those of the spec's Versioning table."""
+    assert (INTERFACE_VERSION, PUBLIC_API_VERSION, SCHEMA_VERSION) == ("0.1.0", "2026-06-29", "1.0")
+
+
+def test_catalog_has_exactly_the_spec_members() -> None:
+    """The catalog document carries the spec's ten members and their fixed values."""
+    assert list(CATALOG) == [
+        "kind",
+        "schemaVersion",
+        "publicApi",
+        "publicApiVersion",
+        "deliveryModel",
+        "events",
+        "rateLimits",
+        "safetyBoundaries",
+        "signature",
+        "subscriptionModel",
+    ]
+    assert {key: CATALOG[key] for key in ("kind", "schemaVersion", "publicApi", "publicApiVersion")} == {
+        "kind": "service.project.webhook-catalog",
+        "schemaVersion": "1.0",
+        "publicApi": "https://launchrooms.example/api/v1",
+        "publicApiVersion": "2026-06-29",
+    }
+    assert CATALOG["signature"] == signature_description()
+    assert list(CATALOG["rateLimits"]) == ["catalogRoutes", "webhookEvents", "attribution"]
+    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry"]
+    strings = [
+        CATALOG["deliveryModel"],
+        *CATALOG["rateLimits"].values(),
+        *CATALOG["subscriptionModel"].values(),
+    ]
+    assert all(isinstance(text, str) and text for text in strings)
+
+
+def test_event_ids_are_the_spec_kinds_in_order() -> None:
+    """One entry per kind, in the spec's order."""
+    assert [entry["id"] for entry in CATALOG["events"]] == list(SPEC)
+
+
+@pytest.mark.parametrize("kind", list(SPEC))
+def test_entry_matches_the_spec(kind: str) -> None:
+    """Meaning, trigger, boundary, dedupe key, status and field table are the spec's."""
+    meaning, trigger, boundary, dedupe, fields = SPEC[kind]
+    entry = ENTRIES[kind]
+    assert list(entry) == [
+        "id",
+        "summary",
+        "trigger",
+        "trustBoundary",
+        "dedupeKey",
+        "deliveryStatus",
+        "payloadFields",
+        "examplePayload",
+        "payloadSchema",
+        "schemaUrl",
+    ]
+    assert (entry["summary"], entry["trigger"], entry["trustBoundary"]) == (meaning, trigger, boundary)
+    assert (entry["dedupeKey"], entry["deliveryStatus"]) == (dedupe, "schema-ready")
+    assert [(field["name"], field["required"], field["type"]) for field in entry["payloadFields"]] == [
+        *COMMON,
+        *fields,
+    ]
+    assert all(isinstance(field["summary"], str) and field["summary"] for field in entry["payloadFields"])
+    assert entry["schemaUrl"] == f"https://launchrooms.example/api/v1/webhooks/events/{kind}"
+
+
+@pytest.mark.parametrize("kind", list(SPEC))
+def test_field_table_agrees_with_the_schema(kind: str) -> None:
+    """payloadFields and payloadSchema name the same members with the same required flags and summaries."""
+    entry = ENTRIES[kind]
+    schema = entry["payloadSchema"]
+    assert [field["name"] for field in entry["payloadFields"]] == list(schema["properties"])
+    assert [field["name"] for field in entry["payloadFields"] if field["required"]] == schema["required"]
+    assert [field["summary"] for field in entry["payloadFields"]] == [
+        prop["description"] for prop in schema["properties"].values()
+    ]
+
+
+@pytest.mark.parametrize("kind", list(SPEC))
+def test_schema_is_valid_draft_2020_12(kind: str) -> None:
+    """Every payload schema passes the 2020-12 metaschema."""
+    assert Draft202012Validator.check_schema(ENTRIES[kind]["payloadSchema"]) is None
+
+
+@pytest.mark.parametrize("kind", list(SPEC))
+def test_example_fits_its_schema_and_model(kind: str) -> None:
+    """Each examplePayload validates against its own schema (formats checked) and round-trips parse_event."""
+    entry = ENTRIES[kind]
+    example = entry["examplePayload"]
+    validator = Draft202012Validator(
+        entry["payloadSchema"], format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+    assert [error.message for error in validator.iter_errors(example)] == []
+    payload = parse_event(example, now=NOW, new_id=lambda: "evt_unused")
+    assert dump_payload(payload) == example
+    assert (example["event"], example["eventId"][:4], payload.occurredAt) == (
+        kind,
+        "evt_",
+        example["occurredAt"],
+    )
+    # The example shows every member, optional ones included, so a reader sees the full shape.
+    assert list(example) == [field["name"] for field in entry["payloadFields"]]
+
+
+def test_safety_boundaries_restate_the_spec() -> None:
+    """The safety statements restate the spec's first section and the catalog's two decisions."""
+    assert CATALOG["safetyBoundaries"] == [
+        "The service describes public room context, authority state, link state, market context and product "
+        "surfaces.",
+        "It does not certify token safety, investment quality, price direction, liquidity, legal "
+        "compliance or team legitimacy.",
+        "Consumers preserve the room authority labels.",
+        "Consumers distinguish unclaimed stubs, community-maintained rooms, official owner rooms, NFT "
+        "rooms and project hubs.",
+        "Consumers link back to the canonical room URL when displaying room facts.",
+        "Consumers cache catalog and discovery responses where appropriate.",
+        "The public catalog routes are read-only and the catalog itself is unsigned.",
+        "Signed delivery is available only to partners who have been onboarded.",
+        "In a dedupeKey, event.id means the payload's eventId member.",
+        "room.arcade.high_score adds an optional scoreId member so its dedupe key (event.id + scoreId) "
+        "can be computed; without scoreId the key is the eventId alone.",
+    ]
+
+
+def test_subscription_model_states_onboarding_and_retry_policy() -> None:
+    """Onboarding is admin-only and the retry text carries DESIGN.md's default schedule and outcomes."""
+    assert CATALOG["subscriptionModel"]["onboarding"] == (
+        "Partners are onboarded through admin controls only; there is no self-serve subscription "
+        "management. Onboarding issues the signing secret and may restrict the subscription to chosen event "
+        "kinds; pausing, testing, retrying and secret rotation are admin operations too."
+    )
+    assert CATALOG["subscriptionModel"]["retry"] == (
+        "A 2xx answer is success. Any other status, a timeout or a refused connection is retried after "
+        "5, 300, 1800, 7200, 18000, 36000, 36000 seconds (each ±20% jitter; redirects are not followed). "
+        "A 410 answer pauses the partner until it is resumed. When the schedule is exhausted the delivery is "
+        "failed until an admin retries it. A retry keeps its x-service-delivery id and is signed with a "
+        "fresh timestamp."
+    )
+    assert CATALOG["subscriptionModel"]["delivery"] == CATALOG["deliveryModel"]
+
+
+@pytest.mark.parametrize("kind", list(SPEC))
+def test_event_document_wraps_the_catalog_entry(kind: str) -> None:
+    """The single-event document has the spec's five members and the catalog's entry unchanged."""
+    assert event_document(BASE_URL, kind) == {
+        "kind": "service.public.webhook-event-schema",
+        "schemaVersion": "1.0",
+        "publicApi": "https://launchrooms.example/api/v1",
+        "event": ENTRIES[kind],
+        "signature": signature_description(),
+    }
+
+
+@pytest.mark.parametrize("event_id", ["room.deleted", "", "ROOM.CLAIMED", "room.claimed/", "__init__"])
+def test_event_document_is_none_for_unknown_ids(event_id: str) -> None:
+    """Only catalog ids have a document; the route answers 404 for the rest."""
+    assert event_document(BASE_URL, event_id) is None
+
+
+@pytest.mark.parametrize(
+    ("base_url", "public_api"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000/api/v1"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000/api/v1"),
+        ("https://launchrooms.example/app", "https://launchrooms.example/app/api/v1"),
+    ],
+)
+def test_urls_follow_the_base_url(base_url: str, public_api: str) -> None:
+    """publicApi and every schemaUrl hang off {base_url}/api/v1, trailing slash or not."""
+    document = catalog_document(base_url)
+    assert document["publicApi"] == public_api
+    assert [entry["schemaUrl"] for entry in document["events"]] == [
+        f"{public_api}/webhooks/events/{kind}" for kind in SPEC
+    ]
+
+
+def test_catalog_is_deterministic_json() -> None:
+    """Two renderings serialise to the same bytes, so ETags stay stable across processes."""
+    first = json.dumps(catalog_document(BASE_URL), sort_keys=True, allow_nan=False)
+    assert first == json.dumps(catalog_document(BASE_URL), sort_keys=True, allow_nan=False)
+    assert json.loads(first) == CATALOG
