@@ -19,7 +19,7 @@ client sent, so nothing a client submits is echoed back.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from sanic.exceptions import SanicException
 
@@ -37,8 +37,8 @@ class FieldError:
 
 
 class ServiceError(SanicException):
-    status_code: ClassVar[int] = 500
-    message: ClassVar[str] = "The server could not complete the request."
+    status_code = 500
+    message = "The server could not complete the request."
     quiet = True
 
     def __init__(

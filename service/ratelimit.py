@@ -31,7 +31,9 @@ class RateLimiter:
         options: dict[str, str] = {}
         if "redis" in uri:
             options["key_prefix"] = settings.rate_limit_key_prefix
-        self.storage: Storage = storage_from_string(uri, **options)
+        storage = storage_from_string(uri, **options)
+        assert isinstance(storage, Storage)  # the async+ scheme always builds an async storage
+        self.storage = storage
         self.strategy = MovingWindowRateLimiter(self.storage)
 
     async def hit(self, client: str) -> int | None:
