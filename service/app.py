@@ -74,7 +74,6 @@ def create_app(
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())
     app.blueprint(admin.create_blueprint())
-    app.on_response(cors.add_cors_headers)
 
     @app.before_server_start
     async def open_resources(app: Sanic) -> None:

@@ -33,9 +33,13 @@ def create_blueprint() -> Blueprint:
     return bp
 
 
-def add_cors_headers(request: Request, response: HTTPResponse) -> None:
-    if request.path == "/api/waitlist" and request.method == "POST":
-        origin = _allowed(request)
-        response.headers["Vary"] = "Origin"
-        if origin:
-            response.headers["Access-Control-Allow-Origin"] = origin
+def cors_headers(request: Request) -> dict[str, str]:
+    """Headers for an answer to ``POST /api/waitlist``, success or error alike.
+
+    Set by the handler and the error handler rather than a response middleware: a middleware would
+    run on every response of every route, and this is the only route that needs it.
+    """
+    if not request.app.ctx.settings.cors_origins:
+        return {}
+    origin = _allowed(request)
+    return {"Vary": "Origin", "Access-Control-Allow-Origin": origin} if origin else {"Vary": "Origin"}

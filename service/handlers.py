@@ -9,6 +9,7 @@ from sanic.exceptions import SanicException
 from sanic.handlers import ErrorHandler
 from sanic.response import json as json_response
 
+from service.cors import cors_headers
 from service.errors import ServiceError
 
 log = logging.getLogger("service.errors")
@@ -46,6 +47,8 @@ class JSONErrorHandler(ErrorHandler):
             )
             body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
             headers = {}
+        if request.path == "/api/waitlist" and request.method == "POST":
+            headers |= cors_headers(request)
         metrics = getattr(request.app.ctx, "metrics", None)
         if metrics is not None:
             counter = metrics.client_errors if status < 500 else metrics.server_errors

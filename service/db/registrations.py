@@ -62,9 +62,14 @@ async def upsert_registrations(conn: AsyncConnection, entries: Sequence[Registra
     ]
     if not rows:
         return
-    insert = postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
-    statement = insert(registrations).values(rows)
-    statement = statement.on_conflict_do_update(
+    # One statement with a list of parameters: compiled once and cached, whatever the batch size,
+    # and sent as a multi-row batch by both drivers (executemany / insertmanyvalues).
+    await conn.execute(_UPSERT[conn.dialect.name], rows)
+
+
+def _upsert(insert: Any) -> Any:
+    statement = insert(registrations)
+    return statement.on_conflict_do_update(
         index_elements=[registrations.c.email_key, registrations.c.intent],
         set_={
             "project": func.coalesce(statement.excluded.project, registrations.c.project),
@@ -72,7 +77,9 @@ async def upsert_registrations(conn: AsyncConnection, entries: Sequence[Registra
             "updated_at": statement.excluded.updated_at,
         },
     )
-    await conn.execute(statement)
+
+
+_UPSERT = {"postgresql": _upsert(postgresql.insert), "sqlite": _upsert(sqlite.insert)}
 
 
 def _entry(row: Any) -> dict[str, Any]:
