@@ -22,6 +22,8 @@ from service.bodies import MAX_BODY_BYTES
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
 from service.db.registrations import Registration, upsert_registrations
+from service.discovery import routes as discovery_routes
+from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
@@ -46,6 +48,7 @@ class Context:
     engine: AsyncEngine = field(init=False)
     limiter: RateLimiter = field(init=False)
     registrations: BatchWriter[Registration] = field(init=False)
+    discovery: Discovery = field(init=False)  # rendered documents; rooms_changed() after a publish
     extras: dict[str, Any] = field(default_factory=dict)
 
 
@@ -74,6 +77,9 @@ def create_app(
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())
     app.blueprint(admin.create_blueprint())
+    # Rendered now, so a bad content file stops the start before anything is served.
+    app.ctx.discovery = build_discovery(settings, clock)
+    app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))
 
     @app.before_server_start
     async def open_resources(app: Sanic) -> None:

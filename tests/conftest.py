@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -134,12 +135,20 @@ async def _drop_redis_prefix(url: str, prefix: str) -> None:
         await client.delete(keys)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 class Client:
     """Sanic's ReusableClient with a smaller surface: each call returns the response only."""
 
     def __init__(self, app: Sanic) -> None:
         self.app = app
-        self._client = ReusableClient(app)
+        # A port the kernel says is free: ReusableClient's own pick is random in 5000-65000 and
+        # collides with ephemeral ports in use (receivers, client connections, other test runs).
+        self._client = ReusableClient(app, port=_free_port())
 
     def __enter__(self) -> Client:
         self._client.__enter__()

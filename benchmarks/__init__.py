@@ -1,0 +1,1 @@
+"""Benchmarks and drills: real servers on loopback, driven by ``benchmarks.load``."""

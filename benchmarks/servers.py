@@ -1,0 +1,131 @@
+"""Servers for benchmarks: the service and the baseline as child processes on loopback.
+
+Each child runs in its own session, so stopping it reaches every process it started. CPU time is
+read from ``/proc`` for the child and its descendants, which lets a benchmark report server CPU
+per request: a figure the load generator's own speed cannot distort.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+READY_TIMEOUT = 30.0  # seconds: migrations plus rendering every document, on a slow machine
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = READY_TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:  # noqa: S310 - loopback only
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)  # polling a child's start-up
+    stop(process)
+    raise RuntimeError(f"server did not answer {url} within {timeout} s")
+
+
+def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+@contextlib.contextmanager
+def service(port: int, database: Path, *, base_url: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m service serve`` (one process, no delivery worker) on a SQLite file of its own."""
+    env = {
+        "SERVICE_DATABASE_URL": f"sqlite:///{database}",
+        "SERVICE_BASE_URL": base_url or f"http://{HOST}:{port}",
+    }
+    process = _spawn(["-m", "service", "serve", "--host", HOST, "--port", str(port), "--no-worker"], env)
+    try:
+        wait_ready(f"http://{HOST}:{port}/healthz", process)
+        yield process
+    finally:
+        stop(process)
+
+
+@contextlib.contextmanager
+def baseline(port: int, size: int) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m benchmarks.baseline`` answering ``size`` constant bytes."""
+    process = _spawn(["-m", "benchmarks.baseline", "--port", str(port), "--size", str(size)])
+    try:
+        wait_ready(f"http://{HOST}:{port}/constant", process)
+        yield process
+    finally:
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, user + system CPU seconds) of one process, from /proc."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rsplit(")", 1)[1].split()  # the command name may contain spaces
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _process_table() -> dict[int, tuple[int, float]]:
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (found := _stat(int(entry.name))) is not None:
+            table[int(entry.name)] = found
+    return table
+
+
+def family(pid: int, table: dict[int, tuple[int, float]] | None = None) -> list[int]:
+    """``pid`` and its descendants (Sanic's manager starts the worker as a child process)."""
+    table = _process_table() if table is None else table
+    members, frontier = [pid], [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [child for child, (ppid, _) in table.items() if ppid == parent]
+        members += children
+        frontier += children
+    return members
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time used so far by ``pid`` and its descendants; None where /proc is unavailable."""
+    if not Path("/proc/self/stat").exists():
+        return None
+    table = _process_table()
+    return sum(table[member][1] for member in family(pid, table) if member in table)

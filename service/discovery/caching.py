@@ -1,0 +1,108 @@
+"""Serving rendered documents: bytes, strong ETag and headers computed once, 304 on a match.
+
+A request costs one header lookup and a string compare; everything else (body, ETag, the encoded
+header lines) was decided when the document was rendered. HEAD needs nothing here: Sanic sends
+the GET headers (Content-Length included) without the body.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain
+from typing import Any
+
+from sanic import HTTPResponse, Request
+
+# Spec "Limits": clients cache catalog and discovery responses. Five minutes keeps crawlers and
+# agents cheap to serve while a content change (a restart) reaches them within minutes.
+MAX_AGE = 300
+CACHE_CONTROL = f"public, max-age={MAX_AGE}"
+
+
+def strong_etag(body: bytes) -> str:
+    """A quoted digest of the bytes: equal bodies, equal tags, across processes and restarts."""
+    return '"' + hashlib.sha256(body).hexdigest()[:32] + '"'
+
+
+Encoded = tuple[tuple[bytes, bytes], ...]
+
+
+def _encode(headers: dict[str, str]) -> Encoded:
+    """Header lines as Sanic writes them; names lower-case, as HTTP/2 and HTTP/3 require."""
+    for name, value in headers.items():
+        if not (name + value).isascii() or "\r" in value or "\n" in value:
+            raise ValueError(f"header {name} must be one line of ASCII")
+    return tuple((name.lower().encode("ascii"), value.encode("ascii")) for name, value in headers.items())
+
+
+class DocumentResponse(HTTPResponse):
+    """An ``HTTPResponse`` whose fixed headers were encoded once, when the document was rendered.
+
+    Sanic sanitises and encodes every header of every response in ``processed_headers``, about a
+    microsecond per header. A cached document's content type and validators never change, so they
+    are kept as encoded lines (``fixed_headers``) and only the headers Sanic adds per response
+    (content length, connection) go through Sanic's sanitising. The fixed headers are not in
+    ``self.headers``: a middleware must not set them again.
+    """
+
+    fixed_headers: Encoded = ()
+
+    @property
+    def processed_headers(self) -> Iterator[tuple[bytes, bytes]]:
+        sanitize = self._sanitize_header_value
+        added = (
+            (sanitize(name).encode("ascii"), sanitize(f"{value}").encode(errors="surrogateescape"))
+            for name, value in self.headers.items()
+        )
+        return chain(self.fixed_headers, added)
+
+
+@dataclass(frozen=True, slots=True)
+class CachedDocument:
+    body: bytes
+    media_type: str
+    etag: str
+    headers: Encoded  # sent with 200 (and HEAD), Content-Type included
+    not_modified_headers: Encoded  # sent with 304: RFC 9110 15.4.5 repeats ETag and Cache-Control
+
+
+def cached(body: bytes, media_type: str, cache_control: str = CACHE_CONTROL) -> CachedDocument:
+    etag = strong_etag(body)
+    validators = {"ETag": etag, "Cache-Control": cache_control}
+    return CachedDocument(
+        body=body,
+        media_type=media_type,
+        etag=etag,
+        headers=_encode({"Content-Type": media_type, **validators, "X-Content-Type-Options": "nosniff"}),
+        not_modified_headers=_encode(validators),
+    )
+
+
+def json_bytes(document: Any) -> bytes:
+    """Indented UTF-8 JSON: read by people and agents as often as by parsers."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def etag_matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 13.1.2: a list of tags or ``*``, compared weakly (``W/"x"`` matches ``"x"``)."""
+    if if_none_match == etag:
+        return True
+    for candidate in if_none_match.split(","):
+        tag = candidate.strip()
+        if tag == "*" or tag.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+def respond(request: Request, document: CachedDocument) -> HTTPResponse:
+    if_none_match = request.headers.get("if-none-match")
+    if if_none_match is not None and etag_matches(if_none_match, document.etag):
+        response = DocumentResponse(status=304)
+        response.fixed_headers = document.not_modified_headers
+    else:
+        response = DocumentResponse(document.body)
+        response.fixed_headers = document.headers
+    return response

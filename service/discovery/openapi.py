@@ -1,0 +1,279 @@
+"""``/api/v1/openapi.json``: OpenAPI 3.1 of the public API, generated from the models.
+
+Request and response schemas are pydantic's own JSON Schemas of the models the code validates and
+builds with (OpenAPI 3.1 schemas are JSON Schema 2020-12), and the event payloads appear as
+OpenAPI ``webhooks``. Admin routes are not part of the public API and never appear here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from service.bodies import MAX_BODY_BYTES
+from service.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION
+from service.discovery.content import Content
+from service.discovery.room import PublicRoom
+from service.discovery.schemas import (
+    AgentManifest,
+    ApiIndex,
+    CatalogDocument,
+    Error,
+    EventSchemaDocument,
+)
+from service.discovery.surfaces import (
+    AGENT_JSON,
+    AGENT_SITEMAP,
+    API_DOCUMENTS,
+    API_INDEX,
+    CATALOG,
+    DOCUMENTS,
+    EVENT_SCHEMA_PATH,
+    LLMS_FULL_TXT,
+    LLMS_TXT,
+    OPENAPI,
+    ROBOTS,
+    ROOM_SCHEMA,
+    SITEMAP,
+    WAITLIST_PATH,
+    WELL_KNOWN_AGENT_JSON,
+    Surface,
+)
+from service.events import EVENT_MODELS
+from service.waitlist import WaitlistRequest, WaitlistResponse
+from service.webhooks.signing import signature_description
+
+OPENAPI_VERSION = "3.1.0"
+REF = "#/components/schemas/{model}"
+FORM = "application/x-www-form-urlencoded"
+
+
+def _component_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """(model name -> $ref, components.schemas) from pydantic, with shared definitions merged."""
+    models: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+        (WaitlistRequest, "validation"),
+        (WaitlistResponse, "serialization"),
+        (Error, "serialization"),
+        (AgentManifest, "serialization"),
+        (ApiIndex, "serialization"),
+        (CatalogDocument, "serialization"),
+        (EventSchemaDocument, "serialization"),
+        (PublicRoom, "serialization"),
+        *((model, "serialization") for model in EVENT_MODELS.values()),
+    ]
+    refs, definitions = models_json_schema(models, ref_template=REF)
+    return {model.__name__: ref for (model, _), ref in refs.items()}, definitions.get("$defs", {})
+
+
+def _json(ref: dict[str, Any]) -> dict[str, Any]:
+    return {"application/json": {"schema": ref}}
+
+
+def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {
+        "description": description,
+        "content": _json({"$ref": REF.format(model="Error")}),
+    }
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _waitlist_operation(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    request = refs["WaitlistRequest"]
+    return {
+        "operationId": "registerWaitlist",
+        "tags": ["waitlist"],
+        "summary": "Register interest in claiming a room, following rooms, or adding arcade.",
+        "description": (
+            "A registration is (email, intent); a repeat gets the same 200 and is stored once. "
+            "The body is a JSON object or an URL-encoded form with exactly these members."
+        ),
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": request}, FORM: {"schema": request}},
+        },
+        "responses": {
+            "200": {"description": "Stored.", "content": _json(refs["WaitlistResponse"])},
+            "400": _error("Invalid email or invalid waitlist payload; errors name the fields."),
+            "413": _error(f"The body is over {MAX_BODY_BYTES // 1024} KiB."),
+            "415": _error("The body is neither application/json nor a URL-encoded form."),
+            "429": _error(
+                "Too many requests from this client.",
+                {"Retry-After": {"$ref": "#/components/headers/Retry-After"}},
+            ),
+            "503": _error("Storage is briefly unreachable; nothing was stored."),
+        },
+    }
+
+
+_TEXT = {"type": "string"}
+
+
+def _document_schemas(refs: dict[str, dict[str, Any]]) -> dict[Surface, dict[str, Any]]:
+    return {
+        LLMS_TXT: _TEXT,
+        LLMS_FULL_TXT: _TEXT,
+        AGENT_JSON: refs["AgentManifest"],
+        WELL_KNOWN_AGENT_JSON: refs["AgentManifest"],
+        ROOM_SCHEMA: {
+            "type": "object",
+            "description": "JSON Schema 2020-12 of a public room (see the PublicRoom component).",
+        },
+        SITEMAP: _TEXT,
+        AGENT_SITEMAP: _TEXT,
+        ROBOTS: _TEXT,
+        API_INDEX: refs["ApiIndex"],
+        OPENAPI: {"type": "object", "description": "This document."},
+        CATALOG: refs["CatalogDocument"],
+    }
+
+
+_CACHE_HEADERS = {
+    "ETag": {"$ref": "#/components/headers/ETag"},
+    "Cache-Control": {"$ref": "#/components/headers/Cache-Control"},
+}
+
+
+def _read_operation(
+    operation_id: str, tag: str, summary: str, media_type: str, schema: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "operationId": operation_id,
+        "tags": [tag],
+        "summary": summary,
+        "parameters": [{"$ref": "#/components/parameters/If-None-Match"}],
+        "responses": {
+            "200": {
+                "description": summary,
+                "headers": _CACHE_HEADERS,
+                "content": {media_type: {"schema": schema}},
+            },
+            "304": {"description": "Not modified: your copy is current.", "headers": _CACHE_HEADERS},
+        },
+    }
+
+
+def _operation_id(surface: Surface) -> str:
+    return "get" + surface.key[:1].upper() + surface.key[1:]
+
+
+def _paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    schemas = _document_schemas(refs)
+    paths: dict[str, Any] = {WAITLIST_PATH: {"post": _waitlist_operation(refs)}}
+    for surface in (*DOCUMENTS, *API_DOCUMENTS):
+        tag = "webhooks" if surface is CATALOG else "discovery"
+        media_type = surface.media_type.split(";")[0]
+        paths[surface.path] = {
+            "get": _read_operation(_operation_id(surface), tag, surface.notes, media_type, schemas[surface])
+        }
+    event_schema = _read_operation(
+        "getWebhookEventSchema",
+        "webhooks",
+        "One event kind: its catalog entry and payload JSON Schema.",
+        "application/json",
+        refs["EventSchemaDocument"],
+    )
+    event_schema["parameters"] = [
+        {
+            "name": "eventId",
+            "in": "path",
+            "required": True,
+            "description": "An event kind id from the catalog.",
+            "schema": {"type": "string", "examples": list(EVENT_MODELS)},
+        },
+        *event_schema["parameters"],
+    ]
+    event_schema["responses"]["404"] = _error("No event kind with this id is in the catalog.")
+    paths[EVENT_SCHEMA_PATH] = {"get": event_schema}
+    paths["/healthz"] = {"get": _probe("getHealth", "The process is alive.")}
+    paths["/readyz"] = {"get": _probe("getReadiness", "The database is reachable.")}
+    return paths
+
+
+def _probe(operation_id: str, summary: str) -> dict[str, Any]:
+    status = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    return {
+        "operationId": operation_id,
+        "tags": ["health"],
+        "summary": summary,
+        "responses": {
+            "200": {"description": summary, "content": _json(status)},
+            "503": {"description": "Not ready.", "content": _json(status)},
+        },
+    }
+
+
+def _webhooks(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    signature = signature_description()
+    headers = signature.get("headers")
+    header_docs = headers if isinstance(headers, dict) else {}
+    parameters = [
+        {"name": name, "in": "header", "required": True, "description": meaning, "schema": _TEXT}
+        for name, meaning in header_docs.items()
+    ]
+    return {
+        kind: {
+            "post": {
+                "operationId": "deliver_" + kind.replace(".", "_"),
+                "tags": ["webhooks"],
+                "summary": model.SUMMARY,
+                "description": f"Trigger: {model.TRIGGER} Trust boundary: {model.TRUST_BOUNDARY}",
+                "parameters": parameters,
+                "requestBody": {"required": True, "content": _json(refs[model.__name__])},
+                "responses": {
+                    "2XX": {"description": "Delivered; process the eventId once."},
+                    "410": {"description": "The partner endpoint is gone: delivery pauses."},
+                },
+            }
+        }
+        for kind, model in EVENT_MODELS.items()
+    }
+
+
+def openapi_document(content: Content, base_url: str) -> dict[str, Any]:
+    refs, schemas = _component_schemas()
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": f"{content.site_name} public API",
+            "version": INTERFACE_VERSION,
+            "summary": content.summary,
+            "description": (
+                f"Public API version {PUBLIC_API_VERSION}. Read-only documents answer HEAD as well "
+                "as GET, carry a strong ETag and Cache-Control, and answer 304 to If-None-Match. "
+                "Webhook deliveries go only to onboarded partners; the catalog is unsigned."
+            ),
+        },
+        "servers": [{"url": base_url}],
+        "tags": [
+            {"name": "waitlist", "description": "The one write operation."},
+            {"name": "discovery", "description": "Documents for AI agents, crawlers and tooling."},
+            {"name": "webhooks", "description": "The public, unsigned webhook event catalog."},
+            {"name": "health", "description": "Liveness and readiness probes."},
+        ],
+        "paths": _paths(refs),
+        "webhooks": _webhooks(refs),
+        "components": {
+            "schemas": schemas,
+            "headers": {
+                "ETag": {"description": "Strong validator of the document.", "schema": _TEXT},
+                "Cache-Control": {"description": "How long the document may be cached.", "schema": _TEXT},
+                "Retry-After": {
+                    "description": "Seconds to wait before trying again.",
+                    "schema": {"type": "integer", "minimum": 1},
+                },
+            },
+            "parameters": {
+                "If-None-Match": {
+                    "name": "If-None-Match",
+                    "in": "header",
+                    "required": False,
+                    "description": "ETags you hold; a match answers 304.",
+                    "schema": _TEXT,
+                }
+            },
+        },
+    }

@@ -1,0 +1,51 @@
+"""The read-only routes: discovery documents, ``/api/v1``, the catalog and its event documents.
+
+Each handler holds its rendered document, so a request is a header compare and a response built
+from precomputed bytes and headers. Every route answers GET and HEAD.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from sanic import Blueprint, HTTPResponse, Request
+
+from service.discovery.caching import CachedDocument, respond
+from service.discovery.documents import Discovery
+from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP
+from service.errors import NotFound
+
+Handler = Callable[..., Coroutine[Any, Any, HTTPResponse]]
+READ = ("GET", "HEAD")
+EVENT_SCHEMA_ROUTE = "/api/v1/webhooks/events/<event_id:str>"
+
+
+def _serve(document: CachedDocument) -> Handler:
+    async def serve(request: Request) -> HTTPResponse:
+        return respond(request, document)
+
+    return serve
+
+
+def create_blueprint(discovery: Discovery) -> Blueprint:
+    bp = Blueprint("discovery")
+    for surface in (*DOCUMENTS, *API_DOCUMENTS):
+        if surface is not SITEMAP:
+            document = discovery.documents[surface.path]
+            bp.add_route(_serve(document), surface.path, methods=READ, name=surface.key)
+
+    async def sitemap(request: Request) -> HTTPResponse:
+        return respond(request, await discovery.sitemap.current(request.app.ctx.engine))
+
+    events = discovery.event_documents
+
+    async def event_schema(request: Request, event_id: str) -> HTTPResponse:
+        document = events.get(event_id)
+        if document is None:
+            raise NotFound("No event kind with this id is in the catalog.")
+        return respond(request, document)
+
+    bp.add_route(sitemap, SITEMAP.path, methods=READ, name=SITEMAP.key)
+    bp.add_route(event_schema, EVENT_SCHEMA_ROUTE, methods=READ, name="webhookEventSchema")
+    return bp

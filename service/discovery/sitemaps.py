@@ -1,0 +1,66 @@
+"""``/sitemap.xml`` (human pages and rooms), ``/agent-sitemap.xml`` and ``/robots.txt``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from xml.sax.saxutils import escape
+
+from service.discovery.content import Content
+from service.discovery.surfaces import AGENT_SITEMAP, SITEMAP, machine_surfaces, url
+
+SITEMAP_NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
+# sitemaps.org protocol: at most 50,000 URLs per sitemap, each <loc> at most 2,048 characters.
+MAX_URLS = 50_000
+MAX_LOC = 2048
+
+Room = tuple[str, datetime]  # (canonical room URL, when an event about it last occurred)
+
+
+def w3c_datetime(moment: datetime) -> str:
+    """W3C datetime in UTC to the second, as sitemaps want it; a naive datetime is a bug."""
+    if moment.tzinfo is None:
+        raise ValueError("lastmod needs an aware datetime")
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def _urlset(entries: Iterable[tuple[str, datetime | None]]) -> bytes:
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>', f'<urlset xmlns="{SITEMAP_NAMESPACE}">']
+    for loc, lastmod in entries:
+        modified = f"<lastmod>{w3c_datetime(lastmod)}</lastmod>" if lastmod is not None else ""
+        lines.append(f"  <url><loc>{escape(loc)}</loc>{modified}</url>")
+    lines.append("</urlset>")
+    return ("\n".join(lines) + "\n").encode("utf-8")
+
+
+def sitemap_xml(content: Content, base_url: str, rooms: Sequence[Room]) -> bytes:
+    """The configured pages, then each room (newest first) up to the protocol's 50,000 URLs.
+
+    ``rooms`` comes from ``service.db.rooms.known_rooms``: rooms the service heard of through
+    published events. A room URL too long for a sitemap is left out rather than truncated.
+    """
+    entries: list[tuple[str, datetime | None]] = [(url(base_url, page.path), None) for page in content.pages]
+    seen = {loc for loc, _ in entries}
+    for loc, lastmod in rooms:
+        if len(entries) >= MAX_URLS:
+            break
+        if loc not in seen and len(loc) <= MAX_LOC:
+            seen.add(loc)
+            entries.append((loc, lastmod))
+    return _urlset(entries)
+
+
+def agent_sitemap_xml(base_url: str) -> bytes:
+    """Every machine-readable surface: discovery documents, API index, OpenAPI, catalog, events."""
+    return _urlset((loc, None) for loc in machine_surfaces(base_url))
+
+
+def robots_txt(base_url: str) -> bytes:
+    lines = [
+        "User-agent: *",
+        "Allow: /",
+        "",
+        f"Sitemap: {url(base_url, SITEMAP.path)}",
+        f"Sitemap: {url(base_url, AGENT_SITEMAP.path)}",
+    ]
+    return ("\n".join(lines) + "\n").encode("utf-8")
