@@ -28,6 +28,7 @@ from service.handlers import JSONErrorHandler
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.settings import Settings
+from service.webhooks import runtime as webhooks
 
 Clock = Callable[[], datetime]
 _names = itertools.count()
@@ -100,4 +101,6 @@ def create_app(
         await ctx.registrations.close()
         await ctx.engine.dispose()
 
+    # After open_resources, so its listeners find the engine open (and close before it is disposed).
+    webhooks.install(app)
     return app

@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from service.db.engine import create_engine, migrate
 from service.db.registrations import COLUMNS, iter_registrations
 from service.settings import Settings
+from service.webhooks import cli as webhooks_cli
 
 Command = Callable[[argparse.Namespace, Settings], int]
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")  # cells a spreadsheet would run as formulas
@@ -114,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # Other packages add their command groups (partners, events, worker) here.
-_EXTENSIONS: list[Callable[[Any], None]] = []
+_EXTENSIONS: list[Callable[[Any], None]] = [webhooks_cli.register]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
@@ -113,7 +114,18 @@ deliveries = Table(
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("delivered_at", UTCDateTime()),
 )
-Index("ix_deliveries_due", deliveries.c.status, deliveries.c.next_attempt_at)
+# What workers claim from, in due order: only pending and delivering rows, so the index stays the
+# size of the queue however many delivered rows accumulate (a partial index on both databases).
+# It replaced ix_deliveries_due (status, next_attempt_at), which planners preferred for the claim
+# and then sorted every due row before the LIMIT (migration 0002).
+CLAIMABLE_STATUSES = ("pending", "delivering")
+CLAIMABLE = text("status IN ('pending', 'delivering')")
+Index(
+    "ix_deliveries_claimable",
+    deliveries.c.next_attempt_at,
+    sqlite_where=CLAIMABLE,
+    postgresql_where=CLAIMABLE,
+)
 Index("ix_deliveries_partner_id", deliveries.c.partner_id)
 
 delivery_attempts = Table(

@@ -1,0 +1,340 @@
+"""Webhook delivery against a plain aiohttp client: throughput ratio and publish-to-receipt latency.
+
+A receiver process on loopback answers every POST with 200 at once and notes when each event
+arrived. Then, in this process:
+
+1. plain: an aiohttp client posts N event bodies to it at ``concurrency`` connections;
+2. service: N events for one partner are stored in the outbox (not timed), and the delivery worker
+   drains them with the same concurrency: claim, sign, POST, log every attempt durably;
+3. latency: with the queue empty and the worker running, events are published one at a time and
+   the time from the start of ``publish_event`` to arrival at the receiver is measured.
+
+The targets: service throughput at least 0.5 of the plain client's, and latency p99 under 100 ms.
+
+    python -m benchmarks.delivery [--events 5000] [--concurrency 32] [--samples 200] [--rounds 3]
+                                  [--database-url postgresql://user@host/db]
+
+Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
+best of each counts; CPU time per message in this process is printed too, a figure other load on
+the machine distorts much less.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+HOST = "127.0.0.1"
+RATIO_TARGET = 0.5  # the issue's bar: durable, signed, logged delivery at half a bare client's rate
+P99_TARGET_MS = 100.0
+
+
+# --- the receiver (its own process, so it does not share a CPU core's time with the sender) ----
+
+
+def serve_receiver(port: int) -> None:
+    from aiohttp import web
+
+    arrivals: dict[str, float] = {}
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.read()
+        arrivals[json.loads(body)["eventId"]] = time.time()
+        return web.Response(text="ok")
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.json_response({"count": len(arrivals)})
+
+    async def times(request: web.Request) -> web.Response:
+        return web.json_response(arrivals)
+
+    async def reset(request: web.Request) -> web.Response:
+        arrivals.clear()
+        return web.json_response({"count": 0})
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    app.router.add_get("/stats", stats)
+    app.router.add_get("/times", times)
+    app.router.add_post("/reset", reset)
+    web.run_app(app, host=HOST, port=port, access_log=None, print=None)
+
+
+@contextlib.contextmanager
+def receiver(port: int) -> Iterator[str]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.delivery", "--receive", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    base = f"http://{HOST}:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                _get(f"{base}/stats")
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the receiver did not start") from None
+                time.sleep(0.05)
+        yield base
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=10)
+
+
+def _get(url: str) -> object:
+    with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
+        return json.loads(response.read())
+
+
+async def _aget(session: aiohttp.ClientSession, url: str) -> object:
+    async with session.get(url) as response:
+        return await response.json()
+
+
+# --- events -----------------------------------------------------------------------------------
+
+
+def event(index: int, prefix: str) -> dict[str, object]:
+    return {
+        "event": "room.trending",
+        "eventId": f"evt_{prefix}_{index:06d}",
+        "slug": f"room-{index}",
+        "roomUrl": f"https://launchrooms.example/rooms/room-{index}",
+        "metric": "visits",
+        "value": 1000 + index,
+        "window": "24h",
+    }
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+# --- 1. the plain client ----------------------------------------------------------------------
+
+
+def plain_bodies(count: int) -> list[bytes]:
+    """The bodies the service would send for the same events, built before any timing."""
+    from service.events import parse_event
+    from service.webhooks.outbox import encode_payload
+
+    now = _now()
+    return [encode_payload(parse_event(event(i, "plain"), now=now)).encode() for i in range(count)]
+
+
+async def plain(base: str, bodies: list[bytes], concurrency: int) -> float:
+    """Seconds for a bare aiohttp client to POST ``bodies`` at ``concurrency``."""
+    queue = iter(bodies)
+    headers = {"Content-Type": "application/json"}
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
+
+        async def post_all() -> None:
+            for body in queue:
+                async with session.post(f"{base}/hook", data=body, headers=headers) as response:
+                    await response.read()
+                    assert response.status == 200
+
+        started = time.perf_counter()
+        await asyncio.gather(*(post_all() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+# --- 2. the service's worker draining a backlog -------------------------------------------------
+
+
+async def setup(database_url: str, base: str) -> tuple[object, object]:
+    from service.db.engine import create_engine, migrate_async
+    from service.db.tables import metadata
+    from service.settings import Settings
+    from service.webhooks import partners
+
+    await migrate_async(database_url)
+    engine = create_engine(database_url)
+    async with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            await conn.execute(table.delete())
+        new = partners.NewPartner(name="bench", url=f"{base}/hook", events=None)
+        await partners.create_partner(conn, new, now=_now())
+    settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
+    return engine, settings
+
+
+async def backlog(engine: object, count: int) -> None:
+    from service.events import parse_event
+    from service.webhooks import outbox
+
+    now = _now()
+    for start in range(0, count, 1000):
+        async with engine.begin() as conn:  # type: ignore[attr-defined]
+            for index in range(start, min(count, start + 1000)):
+                await outbox.publish(conn, parse_event(event(index, "svc"), now=now), now=now)
+
+
+async def drain_backlog(engine: object, settings: object, count: int, concurrency: int) -> float:
+    """Seconds for the worker's continuous loop to settle ``count`` deliveries."""
+    from service.webhooks.worker import Worker
+
+    worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+    started = time.perf_counter()
+    await worker.start()
+    while worker.settled < count:
+        await asyncio.sleep(0.005)
+    elapsed = time.perf_counter() - started
+    await worker.stop()
+    return elapsed
+
+
+# --- 3. publish-to-receipt latency with an empty queue -----------------------------------------
+
+
+async def latency(engine: object, settings: object, base: str, samples: int) -> list[float]:
+    from service.webhooks import outbox
+    from service.webhooks.worker import Worker
+
+    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    await worker.start()
+    published: dict[str, float] = {}
+    try:
+        for index in range(samples):
+            before = worker.settled
+            started = time.time()
+            result = await outbox.publish_event(
+                engine,
+                event(index, "lat"),
+                now=_now(),
+                wake=worker.wake,  # type: ignore[arg-type]
+            )
+            published[result.event_id] = started
+            while worker.settled == before:  # settled: delivered and logged; the queue is empty again
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.005)
+    finally:
+        await worker.stop()
+    async with aiohttp.ClientSession() as session:
+        arrivals = await _aget(session, f"{base}/times")
+    assert isinstance(arrivals, dict)
+    return sorted((arrivals[event_id] - started) * 1000 for event_id, started in published.items())
+
+
+def _percentile(ordered: list[float], fraction: float) -> float:
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    plain_rate: float
+    plain_cpu_us: float  # this process's CPU per request
+    service_rate: float
+    service_cpu_us: float  # this process's CPU per delivery (both threads: loop and SQLite)
+
+
+async def one_round(
+    args: argparse.Namespace, base: str, database_url: str, session: aiohttp.ClientSession
+) -> Round:
+    from sqlalchemy import func, select
+
+    from service.db.tables import delivery_attempts
+
+    await session.post(f"{base}/reset")
+    bodies = plain_bodies(args.events)
+    cpu = time.process_time()
+    plain_seconds = await plain(base, bodies, args.concurrency)
+    plain_cpu = time.process_time() - cpu
+    await session.post(f"{base}/reset")
+
+    engine, settings = await setup(database_url, base)
+    try:
+        await backlog(engine, args.events)
+        cpu = time.process_time()
+        service_seconds = await drain_backlog(engine, settings, args.events, args.concurrency)
+        service_cpu = time.process_time() - cpu
+        received = await _aget(session, f"{base}/stats")
+        async with engine.connect() as conn:  # type: ignore[attr-defined]
+            logged = await conn.scalar(select(func.count()).select_from(delivery_attempts))
+    finally:
+        await engine.dispose()  # type: ignore[attr-defined]
+    assert received == {"count": args.events}, received
+    assert logged == args.events, logged  # every attempt is in the durable log
+    return Round(
+        plain_rate=args.events / plain_seconds,
+        plain_cpu_us=plain_cpu / args.events * 1e6,
+        service_rate=args.events / service_seconds,
+        service_cpu_us=service_cpu / args.events * 1e6,
+    )
+
+
+async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
+    async with aiohttp.ClientSession() as session:
+        rounds = [await one_round(args, base, database_url, session) for _ in range(args.rounds)]
+        engine, settings = await setup(database_url, base)
+        await session.post(f"{base}/reset")
+        delays = await latency(engine, settings, base, args.samples)
+        await engine.dispose()  # type: ignore[attr-defined]
+
+    backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    print(f"backlog: {args.events} events, 1 partner, concurrency {args.concurrency}, {backend}, "
+          f"{args.rounds} rounds (plain and service alternate)")  # fmt: skip
+    for number, r in enumerate(rounds, 1):
+        print(f"  round {number}: plain {r.plain_rate:7.0f}/s ({r.plain_cpu_us:4.0f} us CPU each)   "
+              f"service {r.service_rate:7.0f}/s ({r.service_cpu_us:4.0f} us CPU each)   "
+              f"ratio {r.service_rate / r.plain_rate:4.2f}")  # fmt: skip
+    best_plain = max(r.plain_rate for r in rounds)
+    best_service = max(r.service_rate for r in rounds)
+    ratio = best_service / best_plain
+    cpu_ratio = min(r.plain_cpu_us for r in rounds) / min(r.service_cpu_us for r in rounds)
+    print(f"  best: plain {best_plain:.0f}/s, service {best_service:.0f}/s: ratio {ratio:.2f} "
+          f"(target >= {RATIO_TARGET}); CPU-per-message ratio {cpu_ratio:.2f}")  # fmt: skip
+    print("  every attempt logged durably (one delivery_attempts row per delivery, committed)")
+    p50, p99 = _percentile(delays, 0.50), _percentile(delays, 0.99)
+    print(f"latency, publish to receipt, empty queue, {args.samples} events one at a time:")
+    print(f"  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   max {delays[-1]:6.1f} ms   "
+          f"(target p99 < {P99_TARGET_MS:g} ms)")  # fmt: skip
+    ok = ratio >= RATIO_TARGET and p99 < P99_TARGET_MS
+    print("PASS" if ok else "BELOW TARGET")
+    return 0 if ok else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.delivery", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--events", type=int, default=5000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--samples", type=int, default=200, help="events for the latency run")
+    parser.add_argument("--rounds", type=int, default=3, help="plain/service pairs; the best counts")
+    parser.add_argument("--database-url", help="default: a temporary SQLite file")
+    parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receive:
+        serve_receiver(args.receive)
+        return 0
+    from benchmarks.servers import free_port
+
+    with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
+        database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
+        return asyncio.run(run(args, base, database_url))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The durable outbox: published events, one delivery per partner, and the attempt log.
+
+``publish`` stores an event and its deliveries in the caller's transaction, so an event is either
+fully fanned out or not stored at all. Workers take due deliveries with ``claim_due``: on
+PostgreSQL a ``FOR UPDATE SKIP LOCKED`` subquery lets many workers claim side by side without ever
+sharing a row; on SQLite the same conditional ``UPDATE`` runs under the database's single write
+lock. A claim is a lease (``claimed_until``, copied to ``next_attempt_at``): a worker killed
+mid-attempt leaves its deliveries ``delivering`` until the lease runs out, and then any worker
+takes them again (at least once). Claims read the partial index ``ix_deliveries_claimable``, which
+holds only pending and delivering rows in due order.
+``record_attempts`` settles a batch of attempts in one transaction, each guarded by its claim
+token so a worker whose lease was taken over cannot overwrite the newer claim.
+
+Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
+``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
+``pending`` again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Integer, bindparam, func, literal_column, select, tuple_, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from ulid import ULID
+
+from service.db.tables import CLAIMABLE_STATUSES, UTCDateTime, deliveries, delivery_attempts, events, partners
+from service.errors import Conflict, FieldError
+from service.events import EventPayload, dedupe_key, dump_payload, format_timestamp, parse_event
+from service.webhooks.partners import ACTIVE, PAUSED, live_secrets, pause_many
+
+PENDING = "pending"
+DELIVERING = "delivering"
+DELIVERED = "delivered"
+FAILED = "failed"
+STATUSES = (PENDING, DELIVERING, DELIVERED, FAILED)
+# Attempt outcomes in the log (the metrics counter uses the same words).
+OUTCOMES = ("delivered", "retry", "failed", "paused")
+EXCERPT_CHARS = 256  # response excerpt kept per attempt: enough to read an error page's first line
+
+
+def new_delivery_id() -> str:
+    return f"dlv_{ULID()}"
+
+
+def new_claim_token() -> str:
+    return str(ULID())
+
+
+def encode_payload(payload: EventPayload) -> str:
+    """The exact JSON text every delivery of the event sends (compact, UTF-8)."""
+    return json.dumps(dump_payload(payload), ensure_ascii=False, separators=(",", ":"))
+
+
+# --- publishing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Published:
+    event_id: str
+    deliveries: int  # deliveries created by this publish; 0 for a repeat
+    duplicate: bool
+
+
+def _insert_ignoring_conflicts(conn: AsyncConnection) -> Any:
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(events).on_conflict_do_nothing()
+
+
+async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime) -> Published:
+    """Store the event and one delivery per interested partner, in the caller's transaction.
+
+    A dedupe key seen before answers with the first event's id and creates nothing. An eventId
+    already used by an event with another dedupe key is a ``Conflict``: consumers dedupe on
+    eventId, so two different events must never share one.
+    """
+    key = dedupe_key(payload)
+    inserted = await conn.execute(
+        _insert_ignoring_conflicts(conn)
+        .values(
+            id=payload.eventId,
+            kind=payload.KIND,
+            dedupe_key=key,
+            payload=encode_payload(payload),
+            occurred_at=datetime.fromisoformat(payload.occurredAt),
+            created_at=now,
+        )
+        .returning(events.c.id)
+    )
+    if inserted.first() is None:
+        first = await conn.scalar(select(events.c.id).where(events.c.dedupe_key == key))
+        if first is None:
+            raise Conflict(
+                "This eventId already belongs to another event.",
+                errors=[FieldError("eventId", "conflict", "Use a new eventId for a different event.")],
+            )
+        return Published(event_id=first, deliveries=0, duplicate=True)
+
+    rows = await conn.execute(
+        select(partners.c.id, partners.c.events).where(partners.c.status.in_((ACTIVE, PAUSED)))
+    )
+    targets = [
+        partner_id
+        for partner_id, kinds in rows
+        if kinds is None or payload.KIND in json.loads(kinds)
+    ]
+    if targets:
+        await conn.execute(
+            deliveries.insert(),
+            [
+                {
+                    "id": new_delivery_id(),
+                    "event_id": payload.eventId,
+                    "partner_id": partner_id,
+                    "status": PENDING,
+                    "attempts": 0,
+                    "next_attempt_at": now,
+                    "created_at": now,
+                    "updated_at": now,
+                }
+                for partner_id in targets
+            ],
+        )
+    return Published(event_id=payload.eventId, deliveries=len(targets), duplicate=False)
+
+
+async def publish_event(
+    engine: AsyncEngine,
+    data: Mapping[str, Any],
+    *,
+    now: datetime,
+    wake: asyncio.Event | None = None,
+) -> Published:
+    """Validate ``{event, ...members}`` (``BadRequest`` per field), store it, wake the worker."""
+    payload = parse_event(data, now=now)
+    async with engine.begin() as conn:
+        published = await publish(conn, payload, now=now)
+    if wake is not None and published.deliveries:
+        wake.set()
+    return published
+
+
+# --- claiming and settling --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """One claimed delivery, with everything needed to send it."""
+
+    delivery_id: str
+    event_id: str
+    kind: str
+    partner_id: str
+    url: str
+    body: bytes
+    attempt: int  # the number of this attempt, 1 for the first
+    secrets: tuple[str, ...]  # live at claim time, newest first
+    claim_token: str
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"Job({self.delivery_id}, attempt={self.attempt})"
+
+
+def _claim_statement(postgres: bool) -> Any:
+    # Built once per dialect: the hot path then skips statement construction and cache-key work.
+    # The status test is literal SQL, identical to the partial index's, so both databases can
+    # prove the index applies (a bound parameter would hide that from the planner).
+    candidates = (
+        select(deliveries.c.id)
+        .join(partners, partners.c.id == deliveries.c.partner_id)
+        .where(
+            deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE_STATUSES]),
+            deliveries.c.next_attempt_at <= bindparam("b_now", type_=UTCDateTime()),
+            partners.c.status == literal_column(f"'{ACTIVE}'"),
+        )
+        .order_by(deliveries.c.next_attempt_at)
+        .limit(bindparam("b_limit", type_=Integer()))
+    )
+    if postgres:
+        # Rows another worker has locked are skipped, not waited for; a row claimed and committed
+        # meanwhile is re-checked against the WHERE clause and dropped.
+        candidates = candidates.with_for_update(skip_locked=True, of=deliveries)
+    return (
+        update(deliveries)
+        .where(deliveries.c.id.in_(candidates.scalar_subquery()))
+        .values(
+            status=DELIVERING,
+            claim_token=bindparam("b_token"),
+            claimed_until=bindparam("b_until", type_=UTCDateTime()),
+            # Should this claim be abandoned, the delivery is due again when the lease ends: a
+            # `delivering` row whose next_attempt_at has passed is claimable like a pending one.
+            next_attempt_at=bindparam("b_until", type_=UTCDateTime()),
+            attempts=deliveries.c.attempts + 1,
+            updated_at=bindparam("b_now", type_=UTCDateTime()),
+        )
+        .returning(deliveries.c.id)
+    )
+
+
+_CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+_CLAIMED_JOBS = (
+    select(
+        deliveries.c.id,
+        deliveries.c.attempts,
+        events.c.id.label("event_id"),
+        events.c.kind,
+        events.c.payload,
+        partners.c.id.label("partner_id"),
+        partners.c.url,
+        partners.c.secret,
+        partners.c.previous_secret,
+        partners.c.previous_secret_expires_at,
+    )
+    .join(events, events.c.id == deliveries.c.event_id)
+    .join(partners, partners.c.id == deliveries.c.partner_id)
+    .where(deliveries.c.id.in_(bindparam("b_ids", expanding=True)))
+    .order_by(deliveries.c.created_at, deliveries.c.id)
+)
+
+
+async def claim_due(
+    conn: AsyncConnection, *, now: datetime, limit: int, lease: timedelta, token: str | None = None
+) -> list[Job]:
+    """Claim up to ``limit`` due deliveries of active partners for ``lease``; earliest due first.
+
+    Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
+    worker died), both in one ordered index scan.
+    """
+    token = token or new_claim_token()
+    claimed = await conn.execute(
+        _CLAIM[conn.dialect.name],
+        {"b_now": now, "b_limit": limit, "b_token": token, "b_until": now + lease},
+    )
+    ids = [row[0] for row in claimed]
+    if not ids:
+        return []
+    rows = await conn.execute(_CLAIMED_JOBS, {"b_ids": ids})
+    return [
+        Job(
+            delivery_id=row.id,
+            event_id=row.event_id,
+            kind=row.kind,
+            partner_id=row.partner_id,
+            url=row.url,
+            body=row.payload.encode("utf-8"),
+            attempt=row.attempts,
+            secrets=tuple(
+                live_secrets(row.secret, row.previous_secret, row.previous_secret_expires_at, now)
+            ),
+            claim_token=token,
+        )
+        for row in rows
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """One attempt as logged, and what it did to its delivery."""
+
+    job: Job
+    started_at: datetime
+    duration_ms: int
+    status_code: int | None
+    error_class: str | None
+    response_excerpt: str | None
+    outcome: str  # delivered | retry | failed | paused
+    finished_at: datetime
+    next_attempt_at: datetime | None = None  # for retry (and paused: due on resume)
+
+
+_LOG_ATTEMPTS = delivery_attempts.insert()
+_STATUS_AFTER = {"delivered": DELIVERED, "retry": PENDING, "paused": PENDING, "failed": FAILED}
+
+_SETTLE_DELIVERED = (
+    update(deliveries)
+    .where(
+        # The plain id test lets SQLite look rows up by key (a row-value IN alone scans); the
+        # pair test matches each row on its own claim token.
+        deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
+        tuple_(deliveries.c.id, deliveries.c.claim_token).in_(bindparam("b_claims", expanding=True)),
+    )
+    .values(
+        status=DELIVERED,
+        next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
+        delivered_at=bindparam("b_at", type_=UTCDateTime()),
+        claimed_until=None,
+        claim_token=None,
+        updated_at=bindparam("b_at", type_=UTCDateTime()),
+    )
+)
+_settle = (
+    update(deliveries)
+    .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
+    .values(
+        status=bindparam("b_status"),
+        next_attempt_at=bindparam("b_next"),
+        delivered_at=bindparam("b_delivered"),
+        claimed_until=None,
+        claim_token=None,
+        updated_at=bindparam("b_now"),
+    )
+)
+
+
+async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord]) -> None:
+    """Log the attempts and settle their deliveries, in the caller's transaction."""
+    if not records:
+        return
+    await conn.execute(
+        _LOG_ATTEMPTS,
+        [
+            {
+                "delivery_id": record.job.delivery_id,
+                "event_id": record.job.event_id,
+                "event": record.job.kind,
+                "partner_id": record.job.partner_id,
+                "attempt": record.job.attempt,
+                "started_at": record.started_at,
+                "duration_ms": record.duration_ms,
+                "status_code": record.status_code,
+                "error_class": record.error_class,
+                "response_excerpt": record.response_excerpt,
+                "outcome": record.outcome,
+            }
+            for record in records
+        ],
+    )
+    delivered = [record for record in records if record.outcome == "delivered"]
+    if delivered:
+        # The common case in one statement.
+        at = max(record.finished_at for record in delivered)
+        await conn.execute(
+            _SETTLE_DELIVERED,
+            {
+                "b_ids": [record.job.delivery_id for record in delivered],
+                "b_claims": [(record.job.delivery_id, record.job.claim_token) for record in delivered],
+                "b_at": at,  # the batch's last finish: within LOG_DELAY of each attempt's own
+            },
+        )
+    others = [record for record in records if record.outcome != "delivered"]
+    if others:
+        await conn.execute(
+            _settle,
+            [
+                {
+                    "b_id": record.job.delivery_id,
+                    "b_token": record.job.claim_token,
+                    "b_status": _STATUS_AFTER[record.outcome],
+                    "b_next": record.next_attempt_at or record.finished_at,
+                    "b_delivered": None,
+                    "b_now": record.finished_at,
+                }
+                for record in others
+            ],
+        )
+    gone = [record.job.partner_id for record in records if record.outcome == "paused"]
+    await pause_many(conn, gone, now=max(record.finished_at for record in records))
+
+
+async def release_claims(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:
+    """Hand back claimed deliveries that were never attempted (a worker stopping cleanly)."""
+    if not jobs:
+        return
+    await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
+        .values(
+            status=PENDING,
+            attempts=deliveries.c.attempts - 1,
+            next_attempt_at=now,
+            claimed_until=None,
+            claim_token=None,
+            updated_at=now,
+        ),
+        [{"b_id": job.delivery_id, "b_token": job.claim_token} for job in jobs],
+    )
+
+
+# --- reading ----------------------------------------------------------------------------------
+
+
+def _time(value: datetime | None) -> str | None:
+    return format_timestamp(value) if value is not None else None
+
+
+async def list_deliveries(
+    conn: AsyncConnection,
+    *,
+    partner_id: str | None = None,
+    status: str | None = None,
+    event_id: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[dict[str, Any]]:
+    """Deliveries, newest first, each with its attempts in order (the admin view)."""
+    stmt = (
+        select(
+            deliveries.c.id,
+            deliveries.c.event_id,
+            events.c.kind,
+            deliveries.c.partner_id,
+            deliveries.c.status,
+            deliveries.c.next_attempt_at,
+            deliveries.c.created_at,
+            deliveries.c.delivered_at,
+        )
+        .join(events, events.c.id == deliveries.c.event_id)
+        .order_by(deliveries.c.created_at.desc(), deliveries.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
+    if partner_id is not None:
+        stmt = stmt.where(deliveries.c.partner_id == partner_id)
+    if status is not None:
+        stmt = stmt.where(deliveries.c.status == status)
+    if event_id is not None:
+        stmt = stmt.where(deliveries.c.event_id == event_id)
+    rows = (await conn.execute(stmt)).all()
+    attempts: dict[str, list[dict[str, Any]]] = {row.id: [] for row in rows}
+    if rows:
+        a = delivery_attempts
+        logged = await conn.execute(
+            select(a)
+            .where(a.c.delivery_id.in_(list(attempts)))
+            .order_by(a.c.delivery_id, a.c.attempt, a.c.id)
+        )
+        for attempt in logged.mappings():
+            attempts[attempt["delivery_id"]].append(attempt_view(dict(attempt)))
+    return [
+        {
+            "id": row.id,
+            "eventId": row.event_id,
+            "event": row.kind,
+            "partnerId": row.partner_id,
+            "status": row.status,
+            "createdAt": _time(row.created_at),
+            "nextAttemptAt": _time(row.next_attempt_at) if row.status == PENDING else None,
+            "deliveredAt": _time(row.delivered_at),
+            "attempts": attempts[row.id],
+        }
+        for row in rows
+    ]
+
+
+def attempt_view(attempt: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "attempt": attempt["attempt"],
+        "startedAt": _time(attempt["started_at"]),
+        "durationMs": attempt["duration_ms"],
+        "statusCode": attempt["status_code"],
+        "errorClass": attempt["error_class"],
+        "responseExcerpt": attempt["response_excerpt"],
+        "outcome": attempt["outcome"],
+    }
+
+
+async def queue_depth(conn: AsyncConnection) -> dict[str, int]:
+    """Deliveries per state, every state present (0 when none)."""
+    rows = await conn.execute(
+        select(deliveries.c.status, func.count()).group_by(deliveries.c.status)
+    )
+    depth = dict.fromkeys(STATUSES, 0)
+    depth.update({status: int(count) for status, count in rows})
+    return depth

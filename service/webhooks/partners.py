@@ -1,0 +1,269 @@
+"""Onboarded partners: who receives signed deliveries, at which URL, for which event kinds.
+
+Secrets come from ``secrets.token_urlsafe(32)`` and leave the service only in the answer to an
+onboarding or a rotation; ``Partner.public()`` (what listings show) and ``repr`` never hold them.
+A rotation keeps the previous secret signing for ``Settings.secret_rotation_overlap`` seconds, so a
+partner can roll its verifier without dropping a delivery; a second rotation inside the overlap
+retires the oldest secret at once (two secrets are live at most).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
+from ulid import ULID
+
+from service.db.tables import deliveries, partners
+from service.errors import BadRequest, FieldError
+from service.events import EVENT_MODELS, format_timestamp
+from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
+
+ACTIVE = "active"
+PAUSED = "paused"
+NAME_MAX_LENGTH = 200  # the partners.name column
+SECRET_BYTES = 32  # DESIGN.md: secrets.token_urlsafe(32), 256 bits
+MEMBERS = frozenset({"name", "url", "events"})
+
+
+def new_partner_id() -> str:
+    return f"ptn_{ULID()}"
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(SECRET_BYTES)
+
+
+@dataclass(frozen=True, slots=True)
+class Partner:
+    id: str
+    name: str
+    url: str
+    events: tuple[str, ...] | None  # None: every kind
+    status: str
+    created_at: datetime
+    updated_at: datetime
+    secret: str = field(repr=False)
+    previous_secret: str | None = field(default=None, repr=False)
+    previous_secret_expires_at: datetime | None = None
+
+    def wants(self, kind: str) -> bool:
+        return self.events is None or kind in self.events
+
+    def live_secrets(self, now: datetime) -> list[str]:
+        """Secrets that sign a delivery at ``now``, newest first."""
+        return live_secrets(self.secret, self.previous_secret, self.previous_secret_expires_at, now)
+
+    def public(self) -> dict[str, Any]:
+        """What admins see in listings: everything but secret material."""
+        expires = self.previous_secret_expires_at
+        return {
+            "id": self.id,
+            "name": self.name,
+            "url": self.url,
+            "events": list(self.events) if self.events is not None else None,
+            "status": self.status,
+            "createdAt": format_timestamp(self.created_at),
+            "updatedAt": format_timestamp(self.updated_at),
+            "previousSecretExpiresAt": format_timestamp(expires) if expires is not None else None,
+        }
+
+
+def live_secrets(
+    secret: str, previous: str | None, previous_expires_at: datetime | None, now: datetime
+) -> list[str]:
+    if previous and previous_expires_at is not None and previous_expires_at > now:
+        return [secret, previous]
+    return [secret]
+
+
+@dataclass(frozen=True, slots=True)
+class NewPartner:
+    name: str
+    url: str
+    events: tuple[str, ...] | None
+
+
+def _partner(row: RowMapping) -> Partner:
+    kinds = json.loads(row["events"]) if row["events"] is not None else None
+    return Partner(
+        id=row["id"],
+        name=row["name"],
+        url=row["url"],
+        events=tuple(kinds) if kinds is not None else None,
+        status=row["status"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        secret=row["secret"],
+        previous_secret=row["previous_secret"],
+        previous_secret_expires_at=row["previous_secret_expires_at"],
+    )
+
+
+# --- validation -------------------------------------------------------------------------------
+
+
+def _events_filter(value: object) -> tuple[tuple[str, ...] | None, list[FieldError]]:
+    if not isinstance(value, list):
+        return None, [FieldError("events", "invalid_type", "Must be an array of event kinds.")]
+    if not value:
+        return None, [FieldError("events", "invalid", "Name at least one event kind, or omit it.")]
+    errors: list[FieldError] = []
+    kinds: list[str] = []
+    for index, kind in enumerate(value):
+        if not isinstance(kind, str):
+            errors.append(FieldError(f"events.{index}", "invalid_type", "Must be a string."))
+        elif kind not in EVENT_MODELS:
+            errors.append(
+                FieldError(f"events.{index}", "unknown_event", "Name one of the event kinds in the catalog.")
+            )
+        elif kind not in kinds:
+            kinds.append(kind)
+    return tuple(kinds), errors
+
+
+def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
+    """The onboarding body, strictly: ``{name, url, events?}``; raises ``BadRequest`` per field."""
+    errors = [
+        FieldError(str(key), "unknown_field", "This member is not accepted.")
+        for key in data
+        if key not in MEMBERS
+    ]
+    name = data.get("name")
+    if "name" not in data:
+        errors.append(FieldError("name", "missing", "This member is required."))
+    elif not isinstance(name, str):
+        errors.append(FieldError("name", "invalid_type", "Must be a string."))
+    elif not name.strip() or "\x00" in name:
+        errors.append(FieldError("name", "invalid", "Must not be empty."))
+    elif len(name.strip()) > NAME_MAX_LENGTH:
+        errors.append(FieldError("name", "too_long", f"Must be at most {NAME_MAX_LENGTH} characters."))
+    url = data.get("url")
+    if "url" not in data:
+        errors.append(FieldError("url", "missing", "This member is required."))
+    elif not isinstance(url, str):
+        errors.append(FieldError("url", "invalid_type", "Must be a string."))
+    kinds: tuple[str, ...] | None = None
+    if "events" in data:
+        kinds, event_errors = _events_filter(data["events"])
+        errors.extend(event_errors)
+    if errors:
+        raise BadRequest(errors=errors)
+    assert isinstance(name, str) and isinstance(url, str)
+    return NewPartner(name=name.strip(), url=url, events=kinds)
+
+
+async def check_destination(url: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> None:
+    """Refuse a URL the service must not call (shape, scheme, internal address) as a field error."""
+    try:
+        await check_url(url, allow_private=allow_private, resolve=resolve)
+    except UnsafeURL as error:
+        raise BadRequest(errors=[FieldError("url", error.code, str(error))]) from None
+
+
+# --- storage ----------------------------------------------------------------------------------
+
+
+async def create_partner(
+    conn: AsyncConnection, new: NewPartner, *, now: datetime, secret: str | None = None
+) -> Partner:
+    partner = Partner(
+        id=new_partner_id(),
+        name=new.name,
+        url=new.url,
+        events=new.events,
+        status=ACTIVE,
+        created_at=now,
+        updated_at=now,
+        secret=secret or new_secret(),
+    )
+    await conn.execute(
+        partners.insert().values(
+            id=partner.id,
+            name=partner.name,
+            url=partner.url,
+            events=json.dumps(list(new.events)) if new.events is not None else None,
+            status=ACTIVE,
+            secret=partner.secret,
+            created_at=now,
+            updated_at=now,
+        )
+    )
+    return partner
+
+
+async def list_partners(conn: AsyncConnection) -> list[Partner]:
+    result = await conn.execute(select(partners).order_by(partners.c.created_at, partners.c.id))
+    return [_partner(row) for row in result.mappings()]
+
+
+async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
+    result = await conn.execute(select(partners).where(partners.c.id == partner_id))
+    row = result.mappings().first()
+    return _partner(row) if row is not None else None
+
+
+async def set_status(
+    conn: AsyncConnection, partner_id: str, status: str, *, now: datetime
+) -> Partner | None:
+    """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
+    await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != status)
+        .values(status=status, updated_at=now)
+    )
+    return await get_partner(conn, partner_id)
+
+
+async def rotate_secret(
+    conn: AsyncConnection, partner_id: str, *, now: datetime, overlap: float, secret: str | None = None
+) -> tuple[Partner, str] | None:
+    """A new secret; the current one becomes the previous, signing until ``now + overlap``."""
+    fresh = secret or new_secret()
+    # SET expressions read the row as it was, so previous_secret takes the old secret.
+    result = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id)
+        .values(
+            previous_secret=partners.c.secret,
+            secret=fresh,
+            previous_secret_expires_at=now + timedelta(seconds=overlap),
+            updated_at=now,
+        )
+    )
+    if result.rowcount == 0:
+        return None
+    partner = await get_partner(conn, partner_id)
+    assert partner is not None
+    return partner, fresh
+
+
+async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime) -> int:
+    """Make the partner's failed deliveries pending again, due now; how many were requeued.
+
+    Each requeued delivery gets one more attempt; if that one fails too it is failed again
+    (its schedule was already spent), until the next admin retry.
+    """
+    result = await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.partner_id == partner_id, deliveries.c.status == "failed")
+        .values(status="pending", next_attempt_at=now, updated_at=now)
+    )
+    return int(result.rowcount)
+
+
+async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: datetime) -> None:
+    """Pause partners that answered 410 Gone (already paused ones are left as they are)."""
+    if partner_ids:
+        await conn.execute(
+            update(partners)
+            .where(partners.c.id.in_(sorted(set(partner_ids))), partners.c.status == ACTIVE)
+            .values(status=PAUSED, updated_at=now)
+        )

@@ -1,0 +1,227 @@
+"""One signed HTTP attempt: the only code that talks to partner endpoints.
+
+A ``Sender`` owns an aiohttp session (one connection pool) whose resolver refuses internal
+addresses, so the SSRF check and the connection use the same addresses. Each attempt is signed
+with a fresh timestamp, POSTs the stored body bytes unchanged, follows no redirect, is bounded by
+``Settings.webhook_timeout``, and comes back as an ``Attempt`` (never an exception): what the
+partner answered, or which class of error stood in the way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import aiohttp
+from yarl import URL
+
+from service.events import format_timestamp, new_event_id
+from service.webhooks.outbox import new_delivery_id
+from service.webhooks.retry import Verdict, parse_retry_after, verdict_for
+from service.webhooks.signing import signature_headers
+from service.webhooks.ssrf import (
+    ForbiddenAddress,
+    GuardedResolver,
+    Resolve,
+    UnsafeURL,
+    check_literal,
+    parse_partner_url,
+    system_resolve,
+)
+
+Clock = Callable[[], datetime]
+USER_AGENT = "service-webhooks/1.0"
+EXCERPT_CHARS = 256  # of the answer body, kept in the attempt log
+_EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
+TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    started_at: datetime
+    duration_ms: int
+    status_code: int | None = None  # None when no HTTP answer came
+    error_class: str | None = None  # None on a 2xx
+    response_excerpt: str | None = None
+    retry_after: float | None = None  # seconds, from the partner's Retry-After
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict_for(self.status_code)
+
+
+def error_class(error: BaseException) -> str:
+    """A stable token for why no usable answer came."""
+    if isinstance(error, ForbiddenAddress):
+        return "ssrf"
+    if isinstance(error, aiohttp.ClientConnectorError) and isinstance(error.os_error, ForbiddenAddress):
+        return "ssrf"
+    if isinstance(error, UnsafeURL):
+        return error.code
+    if isinstance(error, asyncio.TimeoutError | TimeoutError):
+        return "timeout"  # aiohttp's ServerTimeoutError is one too
+    if isinstance(error, aiohttp.ClientConnectorDNSError):
+        return "dns"
+    if isinstance(error, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):
+        return "tls"
+    if isinstance(error, aiohttp.ClientConnectorError):
+        return "connect"
+    if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
+        return "disconnected"
+    if isinstance(error, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
+        return "protocol"
+    if isinstance(error, aiohttp.InvalidURL):
+        return "invalid_url"
+    return "error"
+
+
+@functools.lru_cache(maxsize=4096)
+def _target(url: str, allow_private: bool) -> URL:
+    """The checked URL; cached, as partners are few and their URLs change only through onboarding."""
+    target = parse_partner_url(url, allow_private=allow_private)
+    check_literal(target, allow_private=allow_private)
+    return target
+
+
+def _status_error(status: int) -> str | None:
+    if 200 <= status < 300:
+        return None
+    if 300 <= status < 400:
+        return "redirect"  # never followed: a redirect could lead anywhere, internal hosts included
+    return f"http_{status}"
+
+
+class Sender:
+    def __init__(
+        self,
+        *,
+        timeout: float,
+        allow_private: bool,
+        clock: Clock,
+        resolve: Resolve = system_resolve,
+        limit: int = 32,
+    ) -> None:
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._allow_private = allow_private
+        self._clock = clock
+        self._resolve = resolve
+        self._limit = limit
+        self._session: aiohttp.ClientSession | None = None
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    async def open(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=self._limit,
+            resolver=GuardedResolver(self._resolve, allow_private=self._allow_private),
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            timeout=self._timeout,
+            # Partners must not share (or plant) cookies; proxies from the environment are ignored.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+            headers={"User-Agent": USER_AGENT},
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def __aenter__(self) -> Sender:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def send(
+        self, *, url: str, event: str, delivery_id: str, body: bytes, secrets: Sequence[str]
+    ) -> Attempt:
+        """POST ``body`` signed with every secret (newest first); never raises for the partner's sake."""
+        if self._session is None:
+            raise RuntimeError("the sender is not open")
+        started_at = self._clock()
+        began = time.perf_counter()
+
+        def elapsed() -> int:
+            return round((time.perf_counter() - began) * 1000)
+
+        headers = signature_headers(
+            event=event,
+            delivery_id=delivery_id,
+            body=body,
+            secrets=secrets,
+            timestamp=int(started_at.timestamp()),
+        )
+        headers["Content-Type"] = "application/json"
+        try:
+            target = _target(url, self._allow_private)
+            async with self._session.post(
+                target, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                status = response.status
+                retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
+                excerpt = await _excerpt(response)
+        except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
+            return Attempt(started_at, elapsed(), error_class=error_class(error))
+        return Attempt(
+            started_at,
+            elapsed(),
+            status_code=status,
+            error_class=_status_error(status),
+            response_excerpt=excerpt,
+            retry_after=retry_after,
+        )
+
+
+async def _excerpt(response: aiohttp.ClientResponse) -> str | None:
+    """The first characters of the answer; the rest is never read into memory."""
+    data = bytearray()
+    content = response.content
+    try:
+        while len(data) < _EXCERPT_BYTES and not content.at_eof():
+            chunk = await content.read(_EXCERPT_BYTES - len(data))
+            if not chunk:
+                break
+            data += chunk
+    except (TimeoutError, aiohttp.ClientError):
+        pass  # the status already arrived; a body cut short does not change what it said
+    if not data:
+        return None
+    return data.decode("utf-8", errors="replace")[:EXCERPT_CHARS]
+
+
+@dataclass(frozen=True, slots=True)
+class TestDelivery:
+    delivery_id: str
+    event_id: str
+    attempt: Attempt
+
+
+async def send_test(sender: Sender, *, partner_id: str, url: str, secrets: Sequence[str]) -> TestDelivery:
+    """A signed ``webhook.test`` delivery, sent once, now; for checking an endpoint and its verifier."""
+    event_id = new_event_id()
+    delivery_id = new_delivery_id()
+    body = json.dumps(
+        {
+            "eventId": event_id,
+            "event": TEST_EVENT,
+            "occurredAt": format_timestamp(sender.clock()),
+            "partnerId": partner_id,
+            "test": True,
+        },
+        separators=(",", ":"),
+    ).encode()
+    attempt = await sender.send(
+        url=url, event=TEST_EVENT, delivery_id=delivery_id, body=body, secrets=secrets
+    )
+    return TestDelivery(delivery_id=delivery_id, event_id=event_id, attempt=attempt)

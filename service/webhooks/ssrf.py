@@ -1,0 +1,200 @@
+"""Keeping partner URLs off internal networks (server-side request forgery).
+
+A partner URL is checked when it is onboarded and again on every delivery, because DNS can change
+between the two. The delivery check lives in the HTTP client's resolver (``GuardedResolver``), so
+the addresses that were checked are exactly the ones connected to: nothing resolves the name a
+second time in between.
+
+Refused: every address that is not globally routable — loopback, private, link-local, multicast,
+unspecified, reserved, shared (100.64/10), documentation and benchmarking ranges — and IPv6 forms
+that carry such an IPv4 address (IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo).
+``Settings.webhook_allow_private_urls`` lifts the rule for development and tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from collections.abc import Awaitable, Callable
+
+from aiohttp.abc import AbstractResolver, ResolveResult
+from yarl import URL
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+# host, port -> every address the name resolves to, as text.
+Resolve = Callable[[str, int], Awaitable[list[str]]]
+
+URL_MAX_LENGTH = 2048  # the partners.url column
+# RFC 6598 shared address space; Python's is_global already excludes it, named here for the reader.
+SHARED = ipaddress.ip_network("100.64.0.0/10")
+IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d form (RFC 4291 2.5.5.1)
+NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
+FORBIDDEN_MESSAGE = "The host resolves to an address that is not publicly routable."
+
+
+class UnsafeURL(Exception):
+    """The URL may not be used for delivery; ``code`` is a stable token, ``str()`` a sentence."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ForbiddenAddress(OSError):
+    """Raised inside the HTTP client's resolver, so aiohttp reports it as a connection error."""
+
+    def __init__(self, host: str) -> None:
+        super().__init__(f"{host} resolves to an address that is not globally routable")
+        self.host = host
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]  # the client's (obfuscation removed) address
+    if address in NAT64:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
+def is_forbidden(address: IPAddress) -> bool:
+    """True for any address a delivery must not reach."""
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.scope_id:
+            return True  # a zone index only makes sense on a local link
+        embedded = _embedded_ipv4(address)
+        if embedded is not None and is_forbidden(embedded):
+            return True
+        if address in IPV4_COMPATIBLE:
+            return True  # ::, ::1 and the deprecated compatible form: never a real destination
+    return (
+        not address.is_global
+        # is_global is not enough on its own: it is True for some multicast ranges (ff0e::/16)
+        # and Python versions differ on the special ranges, so the classes are named too.
+        or address.is_multicast
+        or address.is_loopback
+        or address.is_private
+        or address.is_link_local
+        or address.is_unspecified
+        or address.is_reserved
+        or (isinstance(address, ipaddress.IPv4Address) and address in SHARED)
+    )
+
+
+def parse_address(text: str) -> IPAddress | None:
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """Every address of ``host``, through the event loop's getaddrinfo (no blocking)."""
+    if parse_address(host) is not None:
+        return [host]
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def parse_partner_url(text: str, *, allow_private: bool) -> URL:
+    """The URL if its shape is acceptable (scheme, host, no credentials), else ``UnsafeURL``."""
+    if len(text) > URL_MAX_LENGTH:
+        raise UnsafeURL("too_long", f"Must be at most {URL_MAX_LENGTH} characters.")
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in text):
+        raise UnsafeURL("invalid_url", "Must be an absolute URL without spaces or control characters.")
+    try:
+        url = URL(text)
+        host = url.raw_host
+        _ = url.port  # a malformed port only shows when it is read
+    except (ValueError, TypeError):
+        raise UnsafeURL("invalid_url", "Must be an absolute URL.") from None
+    schemes = ("https", "http") if allow_private else ("https",)
+    if url.scheme not in schemes:
+        raise UnsafeURL(
+            "insecure_scheme",
+            "Must be an https URL." if not allow_private else "Must be an http or https URL.",
+        )
+    if not host:
+        raise UnsafeURL("invalid_url", "Must name a host.")
+    if url.raw_user is not None or url.raw_password is not None:
+        # Credentials in the URL would be listed to every admin; partners authenticate us by signature.
+        raise UnsafeURL("credentials_in_url", "Must not carry a user name or password.")
+    if url.fragment:
+        raise UnsafeURL("invalid_url", "Must not carry a fragment.")
+    return url
+
+
+async def check_url(text: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> URL:
+    """Shape and destination check used at onboarding; raises ``UnsafeURL``."""
+    url = parse_partner_url(text, allow_private=allow_private)
+    if allow_private:
+        return url
+    host = url.raw_host or ""
+    literal = parse_address(host)
+    if literal is not None:
+        if is_forbidden(literal):
+            raise UnsafeURL("forbidden_address", FORBIDDEN_MESSAGE)
+        return url
+    try:
+        addresses = await resolve(host, url.port or 443)
+    except OSError:
+        raise UnsafeURL("unresolvable", "The host name does not resolve.") from None
+    if not addresses:
+        raise UnsafeURL("unresolvable", "The host name does not resolve.")
+    for text_address in addresses:
+        address = parse_address(text_address)
+        if address is None or is_forbidden(address):
+            raise UnsafeURL("forbidden_address", FORBIDDEN_MESSAGE)
+    return url
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp resolver that refuses a name with any forbidden address (unless private is allowed).
+
+    One forbidden address refuses the whole name: a name that resolves to both a public and an
+    internal address is a rebinding attempt, not a partner.
+    """
+
+    def __init__(self, resolve: Resolve = system_resolve, *, allow_private: bool = False) -> None:
+        self._resolve = resolve
+        self._allow_private = allow_private
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        results: list[ResolveResult] = []
+        for text in await self._resolve(host, port):
+            address = parse_address(text)
+            if address is None:
+                continue
+            if not self._allow_private and is_forbidden(address):
+                raise ForbiddenAddress(host)
+            if family == socket.AF_INET and address.version == 6:
+                continue
+            if family == socket.AF_INET6 and address.version == 4:
+                continue
+            results.append(_result(host, str(address), port, address.version))
+        if not results:
+            raise OSError(f"{host} has no usable address")
+        return results
+
+    async def close(self) -> None:
+        return None
+
+
+def _result(hostname: str, host: str, port: int, version: int) -> ResolveResult:
+    family = socket.AF_INET6 if version == 6 else socket.AF_INET
+    return ResolveResult(
+        hostname=hostname, host=host, port=port, family=family, proto=0, flags=socket.AI_NUMERICHOST
+    )
+
+
+def check_literal(url: URL, *, allow_private: bool) -> None:
+    """aiohttp does not consult the resolver for IP literals, so they are checked here."""
+    address = parse_address(url.raw_host or "")
+    if address is not None and not allow_private and is_forbidden(address):
+        raise ForbiddenAddress(str(address))

@@ -1,0 +1,225 @@
+"""The outbox: strict publishing, dedupe, leases that outlive killed workers, many workers at once."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
+
+from service.db.engine import create_engine
+from service.db.tables import deliveries as deliveries_table
+from service.db.tables import delivery_attempts, events
+from service.settings import Settings
+from service.webhooks import outbox, partners, runtime
+from service.webhooks.worker import Worker, lease_for
+
+UPGRADED = {
+    "event": "room.upgraded",
+    "eventId": "evt_upgrade_1",
+    "slug": "moonfrog",
+    "roomUrl": "https://launchrooms.example/rooms/moonfrog",
+    "tier": "verified",
+    "tierLabel": "Verified Room",
+}
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({**room_claimed(), "event": "room.sold"}, [("event", "unknown_event")]),
+        ({k: v for k, v in room_claimed().items() if k != "event"}, [("event", "unknown_event")]),
+        ({k: v for k, v in room_claimed().items() if k != "slug"}, [("slug", "missing")]),
+        (room_claimed(slug=5), [("slug", "invalid_type")]),
+        ({"event": "platform.milestone", "milestone": "m", "value": "12"}, [("value", "invalid_type")]),
+        ({"event": "platform.milestone", "milestone": "m", "value": True}, [("value", "invalid_type")]),
+        (room_claimed(color="green"), [("color", "unknown_field")]),
+        (room_claimed(contractAddress=None), [("contractAddress", "invalid_type")]),
+        (room_claimed(roomType="owner_room"), [("roomType", "invalid")]),
+        (room_claimed(roomUrl="javascript:alert(1)"), [("roomUrl", "invalid")]),
+        (room_claimed(occurredAt="2026-06-29T12:00:00"), [("occurredAt", "invalid")]),
+        (
+            {"event": "room.claimed", "slug": "x"},
+            [("roomUrl", "missing"), ("project", "missing"), ("ticker", "missing"),
+             ("chain", "missing"), ("roomType", "missing")],
+        ),
+    ],
+)  # fmt: skip
+def test_publish_validation(make_client: Any, body: dict[str, Any], errors: list[tuple[str, str]]) -> None:
+    """Unknown kinds, missing, mistyped and unknown members are 400 naming the field; nothing is stored."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        response = client.post("/admin/events", json=body, headers=AUTH)
+        assert response.status == 400
+        assert response.json["message"] == "The request is not valid."
+        assert [(e["field"], e["code"]) for e in response.json["errors"]] == errors
+        assert deliveries(client) == []
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "code"),
+    [(b"[1]", 400, "invalid_type"), (b"{", 400, "invalid_json"), (b"", 400, "empty")],
+)
+def test_publish_needs_a_json_object(make_client: Any, raw: bytes, status: int, code: str) -> None:
+    """The body must be one JSON object."""
+    with make_client(**settings()) as client:
+        response = client.post(
+            "/admin/events", content=raw, headers={**AUTH, "content-type": "application/json"}
+        )
+        assert response.status == status
+        assert response.json["errors"][0] == {"field": "body", "code": code, "message": response.json["errors"][0]["message"]}
+
+
+def test_a_repeated_dedupe_key_delivers_nothing_new(make_client: Any) -> None:
+    """Same dedupe key: 202 with the first eventId and no deliveries; same eventId, other key: 409."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        assert publish(client, UPGRADED) == {"eventId": "evt_upgrade_1", "deliveries": 1}
+        assert publish(client, UPGRADED) == {"eventId": "evt_upgrade_1", "deliveries": 0}
+        # The dedupe key is eventId + tier: a different payload with the same key is still a repeat.
+        assert publish(client, {**UPGRADED, "tierLabel": "Renamed"})["deliveries"] == 0
+        clash = client.post("/admin/events", json={**UPGRADED, "tier": "pro"}, headers=AUTH)
+        assert clash.status == 409
+        assert clash.json["errors"] == [
+            {"field": "eventId", "code": "conflict", "message": "Use a new eventId for a different event."}
+        ]
+        # Without an eventId each publish is a new event (room.claimed dedupes on eventId alone).
+        first, second = publish(client, room_claimed()), publish(client, room_claimed())
+        assert first["eventId"] != second["eventId"]
+        assert first["eventId"].startswith("evt_")
+        assert drain(client) == 3
+        assert sorted(r.headers["x-service-event"] for r in receiver.requests) == [
+            "room.claimed", "room.claimed", "room.upgraded"
+        ]
+
+
+def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock: Any) -> None:
+    """Deliveries claimed by a worker that died are sent by another once the lease runs out."""
+    with Receiver() as receiver, make_client(**settings(receiver_timeout=5)) as client:
+        onboard(client, receiver.url())
+        publish(client, room_claimed())
+
+        async def killed_worker() -> int:
+            async with runtime.worker_for(client.app) as worker:
+                return len(await worker.claim(10))  # claimed, then never sent or settled
+
+        assert client.run(killed_worker()) == 1
+        assert deliveries(client)[0]["status"] == "delivering"
+        assert drain(client) == 0  # the lease holds
+        lease = lease_for(client.app.ctx.settings)
+        assert lease == timedelta(seconds=15)  # 2 x timeout + 5 s
+        clock.advance(lease.total_seconds())
+        assert drain(client) == 1
+        [delivery] = deliveries(client)
+        assert delivery["status"] == "delivered"
+        # Attempt 1 may or may not have reached the partner before the crash; it was never logged.
+        assert [a["attempt"] for a in delivery["attempts"]] == [2]
+        assert len(receiver.requests) == 1
+
+
+def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: Any) -> None:
+    """A worker that outlived its lease logs its attempt but does not change the delivery."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        publish(client, room_claimed())
+        app = client.app
+
+        async def scenario() -> None:
+            async with runtime.worker_for(app) as slow, runtime.worker_for(app) as fast:
+                [stale] = await slow.claim(1)
+                clock.advance(lease_for(app.ctx.settings).total_seconds())
+                [fresh] = await fast.claim(1)
+                assert fresh.delivery_id == stale.delivery_id and fresh.claim_token != stale.claim_token
+                assert await fast.deliver(fresh) is not None
+                receiver.script("/hook", 500)
+                assert await slow.deliver(stale) is not None
+
+        client.run(scenario())
+        [delivery] = deliveries(client)
+        assert delivery["status"] == "delivered"
+        assert sorted((a["attempt"], a["outcome"]) for a in delivery["attempts"]) == [
+            (1, "retry"),
+            (2, "delivered"),
+        ]
+
+
+def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock: Any) -> None:
+    """N workers, each with its own engine, drain M events x 2 partners: one attempt per delivery."""
+    workers, event_count = 4, 60
+    config = Settings(database_url=database_url, **settings())
+
+    async def scenario(receiver: Receiver) -> None:
+        setup = create_engine(database_url)
+        try:
+            async with setup.begin() as conn:
+                for path in ("/a", "/b"):
+                    new = partners.NewPartner(name=path, url=receiver.url(path), events=None)
+                    await partners.create_partner(conn, new, now=clock())
+            for index in range(event_count):
+                await outbox.publish_event(setup, room_claimed(f"room-{index}"), now=clock())
+            engines = [create_engine(database_url) for _ in range(workers)]
+            crew = [
+                Worker(engine, settings=config, clock=clock, rng=random.Random(n), concurrency=5)
+                for n, engine in enumerate(engines)
+            ]
+            for worker in crew:
+                await worker.open()
+            counts = await asyncio.gather(*(worker.drain() for worker in crew))
+            for worker in crew:
+                await worker.close()
+            for engine in engines:
+                await engine.dispose()
+            assert sum(counts) == 2 * event_count
+            assert sum(1 for count in counts if count) > 1  # the work really was shared
+            async with setup.connect() as conn:
+                attempts = (await conn.execute(
+                    select(delivery_attempts.c.delivery_id, delivery_attempts.c.attempt)
+                )).all()  # fmt: skip
+                statuses = Counter(
+                    (await conn.execute(select(deliveries_table.c.status))).scalars().all()
+                )
+                stored = await conn.scalar(select(func.count()).select_from(events))
+        finally:
+            await setup.dispose()
+        assert stored == event_count
+        assert statuses == {"delivered": 2 * event_count}
+        assert len(attempts) == 2 * event_count
+        assert {attempt for _, attempt in attempts} == {1}
+        assert len({delivery_id for delivery_id, _ in attempts}) == 2 * event_count
+
+    with Receiver() as receiver:
+        asyncio.run(scenario(receiver))
+        sent = Counter(request.headers["x-service-delivery"] for request in receiver.requests)
+        assert len(sent) == 2 * event_count
+        assert set(sent.values()) == {1}  # no attempt was sent twice
+        assert len(receiver.to("/a")) == len(receiver.to("/b")) == event_count
+
+
+def test_a_stopping_worker_hands_back_what_it_had_not_started(make_client: Any) -> None:
+    """Claimed deliveries still waiting for a slot are released on stop, their attempt uncounted."""
+    with Receiver(default=Reply(delay=0.3)) as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        for index in range(5):
+            publish(client, room_claimed(f"room-{index}"))
+
+        async def scenario() -> None:
+            worker = runtime.worker_for(client.app, concurrency=1)
+            await worker.start()
+            for _ in range(500):  # until the first attempt is on the wire (bounded: 5 s)
+                if receiver.requests:
+                    break
+                await asyncio.sleep(0.01)
+            await worker.stop()
+            assert worker.settled == 1
+
+        client.run(scenario())
+        found = deliveries(client)
+        assert sorted(d["status"] for d in found) == ["delivered"] + ["pending"] * 4
+        assert all(d["attempts"] == [] for d in found if d["status"] == "pending")
+        assert drain(client) == 4
+        assert all(d["attempts"][-1]["attempt"] == 1 for d in deliveries(client))

@@ -1,0 +1,215 @@
+"""Partner onboarding and admin controls: validation, listings without secrets, auth, rotation."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from webhook_helpers import ADMIN_TOKEN, AUTH, Receiver, drain, onboard, publish, room_claimed, settings
+
+from service.webhooks.signing import verify
+
+URL = "https://partner.example/hook"
+
+ROUTES = [
+    ("post", "/admin/partners"),
+    ("get", "/admin/partners"),
+    ("get", "/admin/partners/ptn_x"),
+    ("post", "/admin/partners/ptn_x/pause"),
+    ("post", "/admin/partners/ptn_x/resume"),
+    ("post", "/admin/partners/ptn_x/test"),
+    ("post", "/admin/partners/ptn_x/rotate-secret"),
+    ("post", "/admin/partners/ptn_x/retry"),
+    ("post", "/admin/events"),
+    ("get", "/admin/deliveries"),
+]
+
+
+@pytest.mark.parametrize(("method", "path"), ROUTES)
+def test_admin_routes_demand_the_token(make_client: Any, method: str, path: str) -> None:
+    """Without the bearer token: 401; with a wrong one: 401; without a configured token: 404."""
+    with make_client(**settings()) as client:
+        missing = client.request(method, path)
+        assert missing.status == 401
+        assert missing.headers["www-authenticate"] == 'Bearer realm="admin"'
+        wrong = client.request(method, path, headers={"authorization": "Bearer nope"})
+        assert wrong.status == 401
+    with make_client(**settings(admin_token=None)) as client:
+        assert client.request(method, path, headers=AUTH).status == 404
+
+
+@pytest.mark.parametrize(("method", "path"), [r for r in ROUTES if "ptn_x" in r[1]])
+def test_unknown_partner_is_404(make_client: Any, method: str, path: str) -> None:
+    """Every per-partner route answers 404 for an id nobody has."""
+    with make_client(**settings()) as client:
+        response = client.request(method, path, headers=AUTH)
+        assert response.status == 404
+        assert response.json == {"ok": False, "message": "No partner has this id."}
+
+
+def test_onboarding_answers_the_secret_once(make_client: Any) -> None:
+    """201 with the partner and its secret; listings and lookups never show a secret."""
+    with make_client(**settings(webhook_allow_private_urls=False)) as client:
+        client.app.ctx.extras["webhook_resolve"] = _public_dns
+        created = client.post(
+            "/admin/partners",
+            json={"name": " Acme ", "url": URL, "events": ["room.claimed", "room.upgraded"]},
+            headers=AUTH,
+        )
+        assert created.status == 201
+        body = created.json
+        secret = body.pop("secret")
+        assert len(secret) == 43  # token_urlsafe(32): 32 random bytes, base64url
+        assert body == {
+            "id": body["id"],
+            "name": "Acme",
+            "url": URL,
+            "events": ["room.claimed", "room.upgraded"],
+            "status": "active",
+            "createdAt": "2026-06-29T12:00:00Z",
+            "updatedAt": "2026-06-29T12:00:00Z",
+            "previousSecretExpiresAt": None,
+        }
+        assert body["id"].startswith("ptn_")
+        listing = client.get("/admin/partners", headers=AUTH)
+        assert listing.json == {"partners": [body]}
+        assert client.get(f"/admin/partners/{body['id']}", headers=AUTH).json == body
+        assert secret not in listing.text
+        other = onboard(client, URL)
+        assert other["secret"] != secret
+
+
+async def _public_dns(host: str, port: int) -> list[str]:
+    return ["93.184.216.34"]
+
+
+@pytest.mark.parametrize(
+    ("body", "errors"),
+    [
+        ({"url": URL}, [("name", "missing")]),
+        ({"name": "P"}, [("url", "missing")]),
+        ({"name": 5, "url": URL}, [("name", "invalid_type")]),
+        ({"name": "   ", "url": URL}, [("name", "invalid")]),
+        ({"name": "x" * 201, "url": URL}, [("name", "too_long")]),
+        ({"name": "P", "url": ["x"]}, [("url", "invalid_type")]),
+        ({"name": "P", "url": URL, "secret": "mine"}, [("secret", "unknown_field")]),
+        ({"name": "P", "url": URL, "events": "room.claimed"}, [("events", "invalid_type")]),
+        ({"name": "P", "url": URL, "events": []}, [("events", "invalid")]),
+        ({"name": "P", "url": URL, "events": None}, [("events", "invalid_type")]),
+        (
+            {"name": "P", "url": URL, "events": ["room.claimed", "room.sold", 3]},
+            [("events.1", "unknown_event"), ("events.2", "invalid_type")],
+        ),
+        ({"name": "P", "url": "https://user:pw@partner.example/"}, [("url", "credentials_in_url")]),
+        ({"name": "P", "url": "http://partner.example/"}, [("url", "insecure_scheme")]),
+        ({"name": "P", "url": "https://" + "a" * 2100}, [("url", "too_long")]),
+    ],
+)
+def test_onboarding_validation(make_client: Any, body: dict[str, Any], errors: list[tuple[str, str]]) -> None:
+    """Bad onboarding bodies are 400 with each field at fault named."""
+    with make_client(**settings(webhook_allow_private_urls=False)) as client:
+        client.app.ctx.extras["webhook_resolve"] = _public_dns
+        response = client.post("/admin/partners", json=body, headers=AUTH)
+        assert response.status == 400
+        assert [(e["field"], e["code"]) for e in response.json["errors"]] == errors
+        assert client.get("/admin/partners", headers=AUTH).json == {"partners": []}
+
+
+def test_onboarding_body_must_be_json(make_client: Any) -> None:
+    """Form bodies are 415; an empty body is 400."""
+    with make_client(**settings()) as client:
+        form = client.post("/admin/partners", content=b"name=P&url=x", headers={
+            **AUTH, "content-type": "application/x-www-form-urlencoded"})
+        assert form.status == 415
+        empty = client.post("/admin/partners", content=b"", headers={**AUTH, "content-type": "application/json"})
+        assert empty.status == 400
+
+
+def test_pause_and_resume(make_client: Any, clock: Any) -> None:
+    """Pause and resume answer the partner with its new status; repeating is harmless."""
+    with make_client(**settings()) as client:
+        partner = onboard(client, URL)
+        clock.advance(60)
+        for path, status in [("pause", "paused"), ("pause", "paused"), ("resume", "active")]:
+            response = client.post(f"/admin/partners/{partner['id']}/{path}", headers=AUTH)
+            assert response.status == 200
+            assert response.json["status"] == status
+            assert response.json["updatedAt"] == "2026-06-29T12:01:00Z"
+            assert "secret" not in response.json
+
+
+def test_rotation_overlap(make_client: Any, clock: Any) -> None:
+    """After a rotation both secrets sign until the overlap ends; then only the new one."""
+    with Receiver() as receiver, make_client(**settings(secret_rotation_overlap=600)) as client:
+        partner = onboard(client, receiver.url())
+        old = partner["secret"]
+        rotated = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH)
+        assert rotated.status == 200
+        new = rotated.json["secret"]
+        assert new != old
+        assert rotated.json["previousSecretExpiresAt"] == "2026-06-29T12:10:00Z"
+        listing = client.get("/admin/partners", headers=AUTH).text
+        assert old not in listing and new not in listing
+
+        publish(client, room_claimed("during"))
+        drain(client)
+        during = receiver.requests[-1]
+        signatures = during.headers["x-service-signature"].split(",")
+        assert len(signatures) == 2  # newest first
+        now = clock().timestamp()
+        verify(during.headers, during.body, [new], now=now)
+        verify(during.headers, during.body, [old], now=now)
+        assert signatures[0] == _only(during, new)
+
+        clock.advance(601)
+        publish(client, room_claimed("after"))
+        drain(client)
+        after = receiver.requests[-1]
+        assert len(after.headers["x-service-signature"].split(",")) == 1
+        verify(after.headers, after.body, [new], now=clock().timestamp())
+        with pytest.raises(Exception, match="No v1 signature"):
+            verify(after.headers, after.body, [old], now=clock().timestamp())
+
+
+def _only(request: Any, secret: str) -> str:
+    from service.webhooks.signing import sign
+
+    return sign(request.body, [secret], int(request.headers["x-service-timestamp"]))
+
+
+def test_second_rotation_retires_the_oldest_secret(make_client: Any) -> None:
+    """Two live secrets at most: a rotation inside the overlap drops the oldest at once."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url())
+        first = partner["secret"]
+        second = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json["secret"]
+        third = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json["secret"]
+        response = client.post(f"/admin/partners/{partner['id']}/test", headers=AUTH)
+        assert response.json["ok"] is True
+        [request] = receiver.requests
+        assert request.headers["x-service-signature"] == _only(request, third) + "," + _only(request, second)
+        with pytest.raises(Exception, match="No v1 signature"):
+            verify(request.headers, request.body, [first], now=float(request.headers["x-service-timestamp"]))
+
+
+def test_secrets_never_reach_the_logs(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """Onboarding, rotation, deliveries, retries and tests log nothing secret.
+
+    The service's own loggers are captured at DEBUG; libraries at INFO (aiosqlite's DEBUG log
+    prints every SQL parameter, so it must stay off in production).
+    """
+    caplog.set_level(logging.INFO)
+    caplog.set_level(logging.DEBUG, logger="service")
+    with Receiver() as receiver, make_client(**settings()) as client:
+        receiver.script("/hook", 500)
+        partner = onboard(client, receiver.url())
+        rotated = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json
+        publish(client, room_claimed())
+        drain(client)
+        client.post(f"/admin/partners/{partner['id']}/test", headers=AUTH)
+        client.get("/admin/deliveries", headers=AUTH)
+        assert any("webhook attempt" in record.message for record in caplog.records)
+    text = caplog.text + "".join(repr(record.__dict__) for record in caplog.records)
+    for secret in (partner["secret"], rotated["secret"], ADMIN_TOKEN):
+        assert secret not in text
