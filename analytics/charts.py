@@ -6,6 +6,7 @@ global figure list, so notebooks show each figure once and tests leak nothing.
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
@@ -14,6 +15,23 @@ from matplotlib.figure import Figure
 SIZE = (7.0, 4.0)  # inches; fits a notebook column without scrolling
 NONE_LABEL = "(none)"  # a missing key, e.g. no HTTP answer, still needs a readable label
 BAR_LABEL_FORMAT = "{:g}"
+# Fixes the ids matplotlib writes into SVG (clip paths and the like), which are random otherwise.
+SVG_HASH_SALT = "launch-waitlist-notebooks"
+# No creation date and no matplotlib version in the file: the same chart is the same bytes.
+SVG_METADATA = {"Date": None, "Creator": None}
+
+
+def inline_svg() -> None:
+    """Show this notebook's figures inline as SVG that is byte-identical from run to run.
+
+    SVG rather than PNG because nbval compares ``image/svg+xml`` outputs and skips ``image/png``
+    ones: as SVG, a chart is held to the committed notebook like every table. Needs IPython.
+    """
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
+    matplotlib.rcParams["svg.hashsalt"] = SVG_HASH_SALT
+    matplotlib.rcParams["svg.fonttype"] = "path"  # glyphs as shapes: the same look without the font
+    set_matplotlib_formats("svg", metadata=SVG_METADATA)  # type: ignore[no-untyped-call]
 
 
 def intent_mix_chart(mix: pd.DataFrame) -> Figure:

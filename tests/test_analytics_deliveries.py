@@ -220,3 +220,127 @@ def test_retries_that_succeeded(by: By, expected: dict[str, list[object]]) -> No
     """Delivered deliveries that took more than one attempt, as a count and a share."""
     result = deliveries.retries_that_succeeded(delivery_frame(), by=by)
     assert_frame_equal(result, pd.DataFrame(expected))
+
+
+@pytest.mark.parametrize(
+    ("resolution", "expected"),
+    [
+        # Acme's durations sorted: 80 100 120 250 300 5000; Beta's: 200 390 410 4000.
+        (
+            50,
+            {
+                "partner_name": ["Acme", "Beta"],
+                "attempts": [6, 4],
+                "p50": [100, 350],
+                "p90": [300, 400],
+                "p99": [300, 400],
+            },
+        ),
+        (
+            1,
+            {
+                "partner_name": ["Acme", "Beta"],
+                "attempts": [6, 4],
+                "p50": [120, 390],
+                "p90": [300, 410],
+                "p99": [300, 410],
+            },
+        ),
+    ],
+)
+def test_latency_percentiles_at_a_resolution(resolution: int, expected: dict[str, list[object]]) -> None:
+    """With a resolution, each percentile is an observed duration (the lower one), rounded down."""
+    result = deliveries.latency_percentiles(attempt_frame(), by="partner_name", resolution_ms=resolution)
+    assert_frame_equal(result, pd.DataFrame(expected).astype({f"p{p}": "Int64" for p in (50, 90, 99)}))
+
+
+def test_latency_percentiles_refuse_a_resolution_below_one() -> None:
+    """A resolution is a positive number of milliseconds."""
+    with pytest.raises(ValueError, match="positive"):
+        deliveries.latency_percentiles(attempt_frame(), resolution_ms=0)
+
+
+def test_states() -> None:
+    """Deliveries per state and partner, every state a column, zeros filled, with a total."""
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Acme", "Beta"],
+            "pending": [0, 1],
+            "delivering": [0, 0],
+            "delivered": [2, 1],
+            "failed": [1, 0],
+            "total": [3, 2],
+        }
+    )
+    assert_frame_equal(deliveries.states(delivery_frame()), expected)
+
+
+def test_states_overall() -> None:
+    """Without grouping, one row for all deliveries."""
+    expected = pd.DataFrame(
+        {"pending": [1], "delivering": [0], "delivered": [3], "failed": [1], "total": [5]}
+    )
+    assert_frame_equal(deliveries.states(delivery_frame(), by=None), expected)
+
+
+def operator_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    # Gone answered 410 and was paused with one delivery waiting; Flaky failed one delivery for
+    # good and succeeded on 1 of its 4 attempts; Fine never failed.
+    partners = pd.DataFrame(
+        {
+            "id": ["p_gone", "p_flaky", "p_fine"],
+            "name": ["Gone", "Flaky", "Fine"],
+            "status": ["paused", "active", "active"],
+            "updated_at": utc("2024-03-02T08:30:00", "2024-03-01T00:00:00", "2024-03-01T00:00:00"),
+        }
+    )
+    log = pd.DataFrame(
+        {
+            "id": ["g1", "g2", "f1", "f2", "ok"],
+            "partner_id": ["p_gone", "p_gone", "p_flaky", "p_flaky", "p_fine"],
+            "status": ["delivered", "pending", "failed", "delivered", "delivered"],
+        }
+    )
+    rows = [
+        ("g1", "p_gone", 200, None, "delivered"),
+        ("g2", "p_gone", 410, "http_410", "paused"),
+        ("f1", "p_flaky", None, "connect", "retry"),
+        ("f1", "p_flaky", 500, "http_500", "failed"),
+        ("f2", "p_flaky", 500, "http_500", "retry"),
+        ("f2", "p_flaky", 200, None, "delivered"),
+        ("ok", "p_fine", 200, None, "delivered"),
+    ]
+    attempts = pd.DataFrame(
+        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
+    ).astype({"status_code": "Int64"})
+    return partners, log, attempts
+
+
+def test_action_items() -> None:
+    """Paused partners first, then failed deliveries, then unreliable endpoints, with commands."""
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Gone", "Flaky", "Flaky"],
+            "issue": ["paused", "failed", "unreliable"],
+            "count": [1, 1, 3],
+            "detail": [
+                "paused 2024-03-02 08:30 UTC after answering 410; resume once the partner says the endpoint is back",
+                "retry schedule spent; last errors: http_500: 1",
+                "25% of attempts succeeded; errors: http_500: 2, connect: 1",
+            ],
+            "command": [
+                "python -m service partners resume p_gone",
+                "python -m service partners retry p_flaky",
+                "python -m service partners test p_flaky",
+            ],
+        }
+    )
+    assert_frame_equal(deliveries.action_items(*operator_frames()), expected)
+
+
+def test_action_items_when_all_is_well() -> None:
+    """Nothing to act on is an empty table with the same columns."""
+    partners, log, attempts = operator_frames()
+    result = deliveries.action_items(partners.iloc[2:], log, attempts)
+    assert result.empty
+    assert list(result.columns) == list(deliveries.ACTION_COLUMNS)

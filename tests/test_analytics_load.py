@@ -251,6 +251,19 @@ def expected_attempts() -> pd.DataFrame:
     ).astype({"error_class": "str", "response_excerpt": "str"})
 
 
+def expected_partners() -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "id": ["p1", "p2"],
+            "name": ["Acme", "Beta"],
+            "events": [None, None],
+            "status": ["active", "paused"],
+            "created_at": utc(T0, T0),
+            "updated_at": utc(T0, T0),
+        }
+    ).astype({"events": "str"})
+
+
 def test_load_registrations(database: Path) -> None:
     """Registrations come oldest first, addresses masked (in messages too) and hashed."""
     assert_frame_equal(load.load_registrations(database), expected_registrations())
@@ -266,9 +279,27 @@ def test_load_attempts(database: Path) -> None:
     assert_frame_equal(load.load_attempts(database), expected_attempts())
 
 
+def test_load_partners(database: Path) -> None:
+    """Partners come oldest first, without secrets or URLs."""
+    assert_frame_equal(load.load_partners(database), expected_partners())
+
+
+def test_load_partners_lists_subscribed_kinds(tmp_path: Path) -> None:
+    """A partner's event filter (a JSON array in the table) reads as comma-separated kinds."""
+    path = build_database(tmp_path / "service.db")
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(
+            text("""UPDATE partners SET events = '["room.claimed","room.trending"]' WHERE id = 'p2'""")
+        )
+    engine.dispose()
+    assert list(load.load_partners(path)["events"].fillna("")) == ["", "room.claimed,room.trending"]
+
+
 @pytest.mark.parametrize(
     ("loader", "columns"),
     [
+        (load.load_partners, load.PARTNER_COLUMNS),
         (load.load_registrations, load.REGISTRATION_COLUMNS),
         (load.load_deliveries, load.DELIVERY_COLUMNS),
         (load.load_attempts, load.ATTEMPT_COLUMNS),
@@ -358,6 +389,7 @@ async def test_loaders_read_postgresql() -> None:
         assert_frame_equal(load.load_registrations(source), expected_registrations())
         assert_frame_equal(load.load_deliveries(source), expected_deliveries().iloc[:2])
         assert_frame_equal(load.load_attempts(source), expected_attempts())
+        assert_frame_equal(load.load_partners(source), expected_partners())
     finally:
         async with admin.connect() as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

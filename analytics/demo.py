@@ -1,0 +1,781 @@
+"""Seeded demo data, made by driving the real service: ``python -m analytics.demo --out var/demo.db``.
+
+The notebooks need a database that looks like six weeks of a launch: people joining the waitlist
+(some twice, some with typos the service refuses), partners receiving webhooks (one healthy, one
+flaky and briefly down, one slow, one that stops with 410 Gone). Rather than writing rows that
+merely look right, ``generate`` starts the service (``analytics.live.serve``) on a fresh SQLite
+file and does what its users do:
+
+- every registration is a real ``POST /api/waitlist`` over HTTP, as JSON or as a form; the invalid
+  ones get their 400 and leave no row;
+- partners are onboarded through ``POST /admin/partners`` and publish goes through
+  ``POST /admin/events``;
+- the service's own delivery worker signs and sends every attempt to receivers on loopback, which
+  verify the signature and answer from a seeded script, and logs it in ``delivery_attempts``.
+
+Determinism comes from the source, not from tidying the output: every choice is drawn from
+``random.Random`` seeded with ``seed``; the service's clock is a ``live.Clock`` the generator
+moves from one action to the next (timestamps, retry times and time-to-delivery are exact); the
+worker's jitter has its own seeded ``Random`` and the claimed deliveries are sent one at a time in
+a fixed order, so its draws land on the same deliveries every run. Partner, delivery and claim
+ids are the service's own random ULIDs; the analyses never show them.
+
+One quantity is real time: ``duration_ms``, which the worker measures with ``perf_counter``. The
+receivers make it predictable where it matters: an answer comes at once, after ``PROMPT_REPLY`` or
+``SLOW_REPLY`` seconds, or not within ``WEBHOOK_TIMEOUT``; loopback adds a few milliseconds, so
+latency read at a resolution of ``LATENCY_RESOLUTION_MS`` is the same every run
+(``deliveries.latency_percentiles(..., resolution_ms=LATENCY_RESOLUTION_MS)``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import heapq
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from ulid import ULID
+
+from analytics.live import Clock, Received, Receiver, Reply, Service, serve
+from analytics.load import Source
+from service.settings import Settings
+from service.webhooks import signing
+from service.webhooks.worker import Worker
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+DEMO_PATH = PROJECT_ROOT / "var" / "demo.db"
+DEMO = "demo"  # the notebooks' SOURCE value that means "the seeded demo database"
+DEFAULT_SEED = 20260629  # the public API version date; any integer gives another, equally valid demo
+FORMAT = 1  # bump when the scenario changes in a way the code fingerprint would not notice
+
+# --- the scenario -----------------------------------------------------------------------------
+
+START = datetime(2026, 5, 11, tzinfo=UTC)  # a Monday
+DAYS = 42  # six weeks
+END = START + timedelta(days=DAYS)
+ANNOUNCEMENT = START + timedelta(days=21)  # the launch post: a spike, and arcade takes off after it
+REGISTRATIONS = 3000  # submissions, valid or not
+EVENTS = 300  # events published, besides the scripted ones
+BASE_URL = "https://launchrooms.example"
+# Not a credential: it guards only the generator's own server, on loopback, while it runs.
+DEMO_ADMIN_TOKEN = "demo-admin-token"  # noqa: S105
+
+# Short, so the whole schedule plays out in a few simulated minutes; the clock is simulated, so
+# a longer one would cost nothing but rows.
+RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0)
+WEBHOOK_TIMEOUT = 0.2  # seconds of real time; the slow partner's hang outlasts it
+PROMPT_REPLY = 0.05  # seconds of real time the healthy partner takes on a busy moment
+SLOW_REPLY = 0.1  # seconds of real time the slow partner takes when it does answer
+HANG = 0.5  # seconds the slow partner sits on a request it will not answer in time
+# Answers come after 0, PROMPT_REPLY or SLOW_REPLY seconds, or not before WEBHOOK_TIMEOUT; loopback
+# adds a few ms. Read at this resolution, every duration falls in the same step on every run.
+LATENCY_RESOLUTION_MS = 50
+
+HEALTHY = "Lighthouse Analytics"
+FLAKY = "Ripple Alerts"
+SLOW = "Tortoise Bot"
+GONE = "Sunset Feeds"
+OUTAGE = (datetime(2026, 6, 3, 1, 30, tzinfo=UTC), datetime(2026, 6, 3, 4, 30, tzinfo=UTC))
+GONE_AT = datetime(2026, 6, 10, tzinfo=UTC)  # from then on the partner answers 410 Gone
+
+
+@dataclass(frozen=True)
+class PartnerSpec:
+    name: str
+    events: tuple[str, ...] | None  # None: every kind
+
+
+# What each endpoint does is in Endpoint.__call__; in short:
+PARTNERS = (
+    PartnerSpec(HEALTHY, None),  # 200, at once or (1 in 5) after PROMPT_REPLY
+    # 500 to 1 in 6 attempts, 503 with Retry-After to 1 in 16; refuses connections during OUTAGE
+    PartnerSpec(FLAKY, None),
+    # 1 in 5 after SLOW_REPLY, 1 in 10 not within WEBHOOK_TIMEOUT
+    PartnerSpec(SLOW, ("room.claimed", "room.upgraded", "room.trending", "platform.milestone")),
+    # 200 until GONE_AT, then 410 Gone
+    PartnerSpec(GONE, ("room.links.updated", "room.content.published", "room.arcade.high_score")),
+)
+
+
+@dataclass(frozen=True)
+class Project:
+    name: str
+    ticker: str
+    chain: str
+
+    @property
+    def slug(self) -> str:
+        return "-".join(self.name.lower().split())
+
+    @property
+    def room_url(self) -> str:
+        return f"{BASE_URL}/rooms/{self.slug}"
+
+
+# Invented names in the style of launches and collections; most named first.
+PROJECTS = (
+    Project("Moonfrog", "FROG", "solana"),
+    Project("Degen Otters", "OTTR", "solana"),
+    Project("Based Bunnies", "BUNS", "base"),
+    Project("Solar Sloths", "SLTH", "base"),
+    Project("Pixel Pandas", "PNDA", "ethereum"),
+    Project("Lilypad DAO", "LILY", "arbitrum"),
+    Project("Cosmic Cats", "CCAT", "solana"),
+    Project("Mochi Money", "MOCHI", "base"),
+    Project("Glowworm", "GLOW", "solana"),
+    Project("Night Owls", "OWLS", "ethereum"),
+    Project("Zap Protocol", "ZAP", "arbitrum"),
+    Project("Kelp Kingdom", "KELP", "solana"),
+    Project("Tiny Titans", "TITN", "base"),
+    Project("Hopscotch", "HOP", "solana"),
+    Project("Quokka Quest", "QKKA", "base"),
+    Project("Velvet Vaults", "VELV", "arbitrum"),
+    Project("Snail Mail", "SNAIL", "ethereum"),
+    Project("Rugless Finance", "RGLS", "ethereum"),
+    Project("Paper Planes", "PLNE", "base"),
+    Project("Marble Moles", "MOLE", "solana"),
+)
+PROJECT_WEIGHTS = tuple(1 / (rank + 1) ** 1.1 for rank in range(len(PROJECTS)))  # Zipf-like
+
+FIRST_NAMES = (
+    "ann", "ben", "cara", "dev", "eli", "fay", "gus", "hana", "ivan", "jo", "kai", "lena", "milo",
+    "nia", "omar", "pia", "quinn", "rosa", "sam", "tara", "uma", "vic", "wren", "yuki", "zoe",
+)  # fmt: skip
+LAST_NAMES = (
+    "lee", "khan", "silva", "novak", "okafor", "berg", "rossi", "tanaka", "moreau", "haas",
+    "ward", "costa", "ivanova", "nguyen", "park", "diaz", "meyer", "walsh", "popescu", "ali",
+)  # fmt: skip
+DOMAINS = (
+    ("gmail.com", 40), ("proton.me", 12), ("outlook.com", 10), ("icloud.com", 8), ("yahoo.com", 5),
+    ("hey.com", 3), ("fastmail.com", 3), ("moonfrog.xyz", 4), ("otters.gg", 3), ("pixelpandas.io", 3),
+    ("lilypad.finance", 3), ("example.org", 6),
+)  # fmt: skip
+INTENT_WEIGHTS = {"claim": 28, "member": 52, "arcade": 20}
+INTENT_WEIGHTS_AFTER = {"claim": 26, "member": 42, "arcade": 32}  # arcade was in the launch post
+PROJECT_SHARE = {"claim": 0.92, "member": 0.4, "arcade": 0.3}
+MESSAGE_SHARE = {"claim": 0.5, "member": 0.22, "arcade": 0.3}
+FORM_SHARE = 0.2  # the site's plain HTML form; the rest is the site's script or API clients
+INVALID_SHARE = 0.04
+RETURNING_SHARE = 0.15  # of valid submissions, someone who registered before
+SAME_INTENT_SHARE = 0.3  # of those, the same intent again (stored once, updated)
+
+SHORT_MESSAGES = (
+    "gm", "wen claim?", "lfg", "early access pls", "hi!", "🐸🐸🐸", "👀", "ser pls", "in", "following",
+    "need arcade asap", "let's go", "hello from the discord", "wagmi",
+)  # fmt: skip
+SENTENCES = (
+    "I run the community for {project} and want to claim our room before someone else does.",
+    "We are migrating liquidity next month and need an official room people can trust.",
+    "Our holders keep asking where the canonical links are.",
+    "Would love an arcade for our Discord, the frog game idea is great.",
+    "I'm a holder and want to follow a few rooms in one place.",
+    "Can the room show our deployments on more than one chain?",
+    "We have an NFT collection and a token; can both live in one project hub?",
+    "Interested in the Pro tier once we pass our next milestone.",
+    "Our old site was cloned by phishers last month, verified links would help a lot.",
+    "I'm one of the moderators for {project}, the founders asked me to sign up.",
+    "Please let me know what the claim process needs from us (contract owner signature?).",
+    "Mostly here for the arcade, our community loves high-score tables.",
+    "Is there an API so our bot can post room updates automatically?",
+    "We launched three weeks ago and the fake accounts are already out of control.",
+)
+CONTACT_SHARE = 0.08  # of longer messages, one that leaves a contact address in the text
+INVALID: tuple[dict[str, object], ...] = (
+    {"email": "not-an-email", "intent": "member"},
+    {"email": "ann@", "intent": "claim"},
+    {"email": "@gmail.com", "intent": "member"},
+    {"email": "ben lee@gmail.com", "intent": "arcade"},
+    {"email": "", "intent": "member"},
+    {"email": "cara@example.org", "intent": "owner"},
+    {"email": "dev@example.org", "intent": "Claim"},
+    {"email": "eli@example.org"},
+    {"email": "fay@example.org", "intent": "member", "name": "Fay"},
+    {"email": "gus@example.org", "intent": "claim", "project": None},
+    {"email": "hana@example.org", "intent": 3},
+    {"email": "ivan@example.org", "intent": "claim", "project": "Moonfrog " * 16},
+    {"email": "jo@example.org", "intent": "member", "message": "x" * 601},
+)
+
+EVENT_KIND_WEIGHTS = {
+    "room.claimed": 15,
+    "room.upgraded": 8,
+    "room.links.updated": 12,
+    "room.content.published": 20,
+    "project.deployment.indexed": 8,
+    "room.arcade.high_score": 17,
+    "room.artwork.vote_milestone": 8,
+    "room.trending": 12,
+}
+DUPLICATE_SHARE = 0.03  # events a publisher sends twice (a retry on its side); delivered once
+MILESTONES = (1000, 2000)  # waitlist registrations stored: announced as platform.milestone
+GAMES = ("frog-hop", "otter-dash", "sloth-climb", "panda-stack", "bunny-blast", "kelp-dive")
+PLAYERS = ("lilypad_larry", "otter_queen", "satoshi_snail", "degenDave", "mochi_mia", "pixelpete")
+TITLES = (
+    "Liquidity migration schedule", "Community call recap", "New staking dashboard", "Roadmap for Q3",
+    "AMA transcript", "Security audit results", "Holder snapshot complete", "Merch drop",
+)  # fmt: skip
+ARTWORKS = ("Sunrise over the pond", "Otter in space", "Neon sloth", "Pixel pond", "The lily throne")
+LINK_FIELDS = ("website", "x", "telegram", "discord", "github", "docs")
+UPGRADES = (
+    ("claimed", "verified", "Verified Room"),
+    ("verified", "pro", "Pro Room"),
+    ("pro", "custom", "Custom Room"),
+    (None, "verified", "Verified Room"),
+)
+CLAIM_STATES = {"official_owner": 50, "community_claimed": 30, "nft_room": 15, "unclaimed_stub": 5}
+
+
+# --- the plan: what happens, and when (pure and seeded) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class Submit:
+    """One ``POST /api/waitlist``; ``valid`` says whether the service must accept it."""
+
+    body: dict[str, Any]
+    form: bool
+    valid: bool
+
+
+@dataclass(frozen=True)
+class Publish:
+    """One ``POST /admin/events``; ``duplicate`` repeats an earlier event exactly."""
+
+    data: dict[str, Any]
+    duplicate: bool = False
+
+
+@dataclass(frozen=True)
+class Outage:
+    partner: str
+    down: bool  # True: the endpoint goes away; False: it comes back
+
+
+Action = Submit | Publish | Outage
+
+
+@dataclass(frozen=True)
+class Plan:
+    seed: int
+    actions: tuple[tuple[datetime, Action], ...]  # in time order; ties in the order listed
+
+    def submissions(self) -> list[Submit]:
+        return [action for _, action in self.actions if isinstance(action, Submit)]
+
+
+def plan(seed: int = DEFAULT_SEED, registrations: int = REGISTRATIONS, events: int = EVENTS) -> Plan:
+    """Everything the generator will do, with its time; the same arguments give the same plan."""
+    timed: list[tuple[datetime, int, Action]] = []
+    submissions = list(_submissions(random.Random(f"{seed}/waitlist"), registrations))
+    timed += [(at, 0, action) for at, action in submissions]
+    timed += [(at, 1, action) for at, action in _events(random.Random(f"{seed}/events"), events, submissions)]
+    timed += [(OUTAGE[0], 2, Outage(FLAKY, down=True)), (OUTAGE[1], 2, Outage(FLAKY, down=False))]
+    timed.sort(key=lambda item: (item[0], item[1]))
+    return Plan(seed, tuple((at, action) for at, _, action in timed))
+
+
+def _day_weights() -> list[float]:
+    weights = []
+    for day in range(DAYS):
+        moment = START + timedelta(days=day)
+        weight = 1 + day / DAYS  # steady growth, doubling over the six weeks
+        weight *= 0.7 if moment.weekday() >= 5 else 1.0
+        weight *= {0: 6.0, 1: 3.0, 2: 1.8}.get((moment - ANNOUNCEMENT).days, 1.0)
+        weights.append(weight)
+    return weights
+
+
+# Share of a day's registrations per UTC hour: quiet nights, busy European and American evenings.
+HOUR_WEIGHTS = (2, 1, 1, 1, 1, 2, 3, 4, 5, 6, 6, 6, 7, 8, 9, 9, 9, 10, 10, 9, 8, 6, 4, 3)
+
+
+def _moments(rng: random.Random, count: int) -> list[datetime]:
+    days = rng.choices(range(DAYS), weights=_day_weights(), k=count)
+    hours = rng.choices(range(24), weights=HOUR_WEIGHTS, k=count)
+    return sorted(
+        START + timedelta(days=day, hours=hour, seconds=rng.randrange(3600))
+        for day, hour in zip(days, hours, strict=True)
+    )
+
+
+def _email(rng: random.Random, taken: set[str]) -> str:
+    domains, weights = zip(*DOMAINS, strict=True)
+    while True:
+        first, last = rng.choice(FIRST_NAMES), rng.choice(LAST_NAMES)
+        local = rng.choice((f"{first}.{last}", f"{first}{last}", f"{first}_{last}", f"{first[0]}{last}"))
+        if rng.random() < 0.35:
+            local += str(rng.randrange(1, 100))
+        email = f"{local}@{rng.choices(domains, weights=weights)[0]}"
+        if email.lower() not in taken:
+            taken.add(email.lower())
+            return email
+
+
+def _recased(rng: random.Random, email: str) -> str:
+    """The same address as someone types it on another day: compared case-insensitively."""
+    local, _, domain = email.partition("@")
+    return rng.choice((local.capitalize() + "@" + domain, email.upper(), local + "@" + domain.capitalize()))
+
+
+def project_text(rng: random.Random) -> str:
+    """A project as people type it: a name in some casing or spacing, a ticker, a note."""
+    project = rng.choices(PROJECTS, weights=PROJECT_WEIGHTS)[0]
+    return rng.choices(
+        (
+            project.name,
+            project.name.lower(),
+            project.name.upper(),
+            "  " + project.name.replace(" ", "  ") + " ",
+            "$" + project.ticker,
+            project.ticker.lower(),
+            f"{project.name} ({project.chain})",
+        ),
+        weights=(45, 15, 5, 8, 15, 5, 7),
+    )[0]
+
+
+def message_text(rng: random.Random, project: str | None) -> str:
+    """A waitlist message: a word or two, a sentence, or a paragraph, sometimes with an address."""
+    name = (project or "our project").strip()
+    shape = rng.random()
+    if shape < 0.35:
+        return rng.choice(SHORT_MESSAGES)
+    count = 1 if shape < 0.75 else rng.randint(2, 6)
+    text = " ".join(sentence.format(project=name) for sentence in rng.sample(SENTENCES, count))
+    if rng.random() < CONTACT_SHARE:
+        text += f" Reach me at {rng.choice(FIRST_NAMES)}.team@{rng.choice(DOMAINS)[0]} if easier."
+    return text[:600]
+
+
+def _submissions(rng: random.Random, count: int) -> Iterator[tuple[datetime, Submit]]:
+    taken: set[str] = set()
+    people: list[tuple[str, set[str]]] = []  # address as first typed, intents registered
+    for at in _moments(rng, count):
+        form = rng.random() < FORM_SHARE
+        if rng.random() < INVALID_SHARE:
+            broken = dict(rng.choice(INVALID))
+            # A form cannot carry a number, a null or a missing-vs-empty distinction: send JSON.
+            form = form and all(isinstance(value, str) for value in broken.values())
+            yield at, Submit(broken, form, valid=False)
+            continue
+        weights = INTENT_WEIGHTS_AFTER if at >= ANNOUNCEMENT else INTENT_WEIGHTS
+        returning = people and rng.random() < RETURNING_SHARE
+        if returning:
+            email, intents = rng.choice(people)
+            others = [intent for intent in INTENT_WEIGHTS if intent not in intents]
+            if others and rng.random() >= SAME_INTENT_SHARE:
+                intent = rng.choice(others)
+            else:
+                intent = rng.choice(sorted(intents))
+            intents.add(intent)
+            if rng.random() < 0.25:
+                email = _recased(rng, email)
+        else:
+            email = _email(rng, taken)
+            intent = rng.choices(list(weights), weights=list(weights.values()))[0]
+            people.append((email, {intent}))
+        body: dict[str, Any] = {"email": email, "intent": intent}
+        if rng.random() < PROJECT_SHARE[intent]:
+            body["project"] = project_text(rng)
+        if rng.random() < MESSAGE_SHARE[intent]:
+            body["message"] = message_text(rng, body.get("project"))
+        yield at, Submit(body, form, valid=True)
+
+
+def _event_id(rng: random.Random, at: datetime) -> str:
+    """``evt_`` + a ULID like the service's own, with the time and the randomness both given."""
+    millis = int(at.timestamp() * 1000)
+    return f"evt_{ULID.from_bytes(millis.to_bytes(6, 'big') + rng.getrandbits(80).to_bytes(10, 'big'))}"
+
+
+def _address(project: Project, chain: str) -> str:
+    """A stable, made-up contract address in the chain's own notation."""
+    digest = hashlib.sha256(f"{project.name}/{chain}".encode()).digest()
+    if chain == "solana":
+        alphabet = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"  # base58
+        number = int.from_bytes(digest, "big")
+        chars = []
+        while number:
+            number, digit = divmod(number, 58)
+            chars.append(alphabet[digit])
+        return "".join(chars)[:44]
+    return "0x" + digest[:20].hex()
+
+
+def _payload(rng: random.Random, kind: str, serial: int) -> dict[str, Any]:
+    project = rng.choices(PROJECTS, weights=PROJECT_WEIGHTS)[0]
+    room = {"slug": project.slug, "roomUrl": project.room_url}
+    if kind == "room.claimed":
+        state = rng.choices(list(CLAIM_STATES), weights=list(CLAIM_STATES.values()))[0]
+        data = {**room, "project": project.name, "ticker": project.ticker, "chain": project.chain}
+        if rng.random() < 0.8:
+            data["contractAddress"] = _address(project, project.chain)
+        return {**data, "roomType": state}
+    if kind == "room.upgraded":
+        previous, tier, label = rng.choice(UPGRADES)
+        data = {**room, "tier": tier, "tierLabel": label}
+        return {**data, "previousTier": previous} if previous else data
+    if kind == "room.links.updated":
+        return {**room, "changedFields": sorted(rng.sample(LINK_FIELDS, rng.randint(1, 3)))}
+    if kind == "room.content.published":
+        data = {**room, "updateId": f"upd_{4000 + serial}"}
+        return {**data, "title": rng.choice(TITLES)} if rng.random() < 0.85 else data
+    if kind == "project.deployment.indexed":
+        chain = rng.choice(("solana", "base", "ethereum", "arbitrum"))
+        return {
+            "slug": project.slug,
+            "project": project.name,
+            "chain": chain,
+            "contractAddress": _address(project, chain),
+            "roomUrl": f"{project.room_url}-{chain}",
+            "hubUrl": f"{BASE_URL}/projects/{project.slug}",
+        }
+    if kind == "room.arcade.high_score":
+        score = int(rng.lognormvariate(9, 1))
+        return {
+            **room,
+            "game": GAMES[PROJECTS.index(project) % len(GAMES)],
+            "playerName": rng.choice(PLAYERS),
+            "score": score,
+            "scoreId": f"hs_{90000 + serial}",
+        }
+    if kind == "room.artwork.vote_milestone":
+        milestone = rng.choice((50, 100, 250, 500, 1000))
+        return {
+            **room,
+            "artworkId": f"art_{700 + serial}",
+            "artworkTitle": rng.choice(ARTWORKS),
+            "votes": milestone + rng.randrange(0, milestone // 5 + 1),
+            "milestone": milestone,
+        }
+    if kind == "room.trending":
+        window = rng.choice(("1h", "24h"))
+        base = 400 if window == "1h" else 5000
+        return {
+            **room,
+            "metric": rng.choice(("visits", "new_members", "arcade_plays")),
+            "value": int(base * rng.uniform(1, 4)),
+            "window": window,
+        }
+    raise ValueError(f"no demo payload for {kind}")
+
+
+def _event(rng: random.Random, at: datetime, kind: str, members: Mapping[str, Any]) -> dict[str, Any]:
+    occurred = at - timedelta(seconds=rng.randrange(1, 30))  # recorded a moment before publishing
+    return {
+        "event": kind,
+        "eventId": _event_id(rng, at),
+        "occurredAt": occurred.isoformat().replace("+00:00", "Z"),
+        **members,
+    }
+
+
+def _events(
+    rng: random.Random, count: int, submissions: Sequence[tuple[datetime, Submit]]
+) -> Iterator[tuple[datetime, Publish]]:
+    kinds, weights = zip(*EVENT_KIND_WEIGHTS.items(), strict=True)
+    moments = [at for at in _moments(rng, count) if at >= START + timedelta(hours=1)]
+    # Scripted: some events while the flaky partner is down, and some after the gone one left.
+    down = OUTAGE[0]
+    moments += [down + timedelta(minutes=minutes) for minutes in (20, 70, 130, 175)]
+    moments += [GONE_AT + timedelta(hours=hours) for hours in (2, 30)]
+    for serial, at in enumerate(sorted(moments)):
+        kind = rng.choices(kinds, weights=weights)[0]
+        if at >= GONE_AT and at - GONE_AT < timedelta(days=2):
+            kind = "room.content.published"  # make sure the gone partner is sent something
+        event = _event(rng, at, kind, _payload(rng, kind, serial))
+        yield at, Publish(event)
+        if rng.random() < DUPLICATE_SHARE:
+            yield at + timedelta(seconds=rng.randrange(10, 120)), Publish(event, duplicate=True)
+    # The waitlist's round numbers, announced when the stored registrations pass them.
+    for milestone, at in _milestone_moments(submissions):
+        label = f"{milestone:,} waitlist registrations"
+        members = {"milestone": label, "value": milestone}
+        yield at + timedelta(seconds=1), Publish(_event(rng, at, "platform.milestone", members))
+
+
+def _milestone_moments(submissions: Sequence[tuple[datetime, Submit]]) -> Iterator[tuple[int, datetime]]:
+    stored: set[tuple[str, str]] = set()
+    pending = list(MILESTONES)
+    for at, submit in submissions:
+        if submit.valid:
+            stored.add((str(submit.body["email"]).lower(), str(submit.body["intent"])))
+        if pending and len(stored) >= pending[0]:
+            yield pending.pop(0), at
+
+
+# --- the partners' endpoints ------------------------------------------------------------------
+
+
+@dataclass
+class Endpoint:
+    """A partner's receiver: checks the signature like a real one, then answers from its script."""
+
+    spec: PartnerSpec
+    seed: int
+    secret: str = ""  # known once the partner is onboarded
+    refused: int = 0  # deliveries whose signature did not verify; the generator expects none
+
+    def __call__(self, received: Received) -> Reply:
+        try:
+            signing.verify(received.headers, received.body, self.secret, now=received.at.timestamp())
+        except signing.SignatureError as error:
+            self.refused += 1
+            return Reply(401, str(error))
+        event_id = json.loads(received.body)["eventId"]
+        stamp = received.headers[signing.TIMESTAMP_HEADER]
+        # One draw per attempt, from what the attempt carries: the same in every run, whatever
+        # order the attempts arrive in.
+        draw = random.Random(f"{self.seed}/{self.spec.name}/{event_id}/{stamp}").random()
+        if self.spec.name == HEALTHY and draw < 0.2:
+            return Reply(200, '{"received":true}', delay=PROMPT_REPLY)
+        if self.spec.name == FLAKY:
+            if draw < 1 / 6:
+                return Reply(500, "internal error")
+            if draw < 1 / 6 + 1 / 16:
+                return Reply(503, "busy, come back later", {"Retry-After": "90"})
+        if self.spec.name == SLOW:
+            if draw < 0.1:
+                return Reply(200, "ok", delay=HANG)  # the worker gives up first
+            if draw < 0.3:
+                return Reply(200, "ok", delay=SLOW_REPLY)
+        if self.spec.name == GONE and received.at >= GONE_AT:
+            return Reply(410, "this integration has been retired")
+        return Reply(200, '{"received":true}')
+
+
+# --- driving the service ----------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    submissions: int = 0
+    accepted: int = 0
+    refused: dict[int, int] = field(default_factory=dict)  # status -> count
+    events: int = 0
+    duplicates: int = 0
+    deliveries: int = 0
+    attempts: int = 0
+
+    def line(self) -> str:
+        refused = sum(self.refused.values())
+        return (
+            f"{self.submissions} waitlist submissions ({self.accepted} accepted, {refused} refused), "
+            f"{len(PARTNERS)} partners, {self.events} events ({self.duplicates} repeats), "
+            f"{self.deliveries} deliveries, {self.attempts} attempts"
+        )
+
+
+class Driver:
+    """Plays a plan against a running service, moving the clock from one action to the next."""
+
+    def __init__(self, service: Service, clock: Clock, worker: Worker, endpoints: dict[str, Endpoint]):
+        self.service = service
+        self.clock = clock
+        self.worker = worker
+        self.endpoints = endpoints
+        self.receivers: dict[str, Receiver] = {}
+        self.names: dict[str, str] = {}  # partner id -> name
+        self.retries: list[datetime] = []  # when scheduled retries fall due (a heap)
+        self.summary = Summary()
+
+    async def onboard(self) -> None:
+        for spec in PARTNERS:
+            body: dict[str, Any] = {"name": spec.name, "url": self.receivers[spec.name].url}
+            if spec.events is not None:
+                body["events"] = list(spec.events)
+            answer = await self.service.request("POST", "/admin/partners", json=body, admin=True)
+            _expect(answer.status, 201, answer.body)
+            self.names[answer.body["id"]] = spec.name
+            self.endpoints[spec.name].secret = answer.body["secret"]
+
+    async def play(self, actions: Sequence[tuple[datetime, Action]]) -> None:
+        for at, action in actions:
+            await self.deliver_until(at)
+            self.clock.set(at)
+            await self.perform(action)
+            await self.deliver_due()
+        await self.deliver_until(None)
+
+    async def perform(self, action: Action) -> None:
+        if isinstance(action, Submit):
+            self.summary.submissions += 1
+            if action.form:
+                answer = await self.service.request("POST", "/api/waitlist", form=action.body)
+            else:
+                answer = await self.service.request("POST", "/api/waitlist", json=action.body)
+            _expect(answer.status, 200 if action.valid else 400, (action.body, answer.body))
+            if answer.status == 200:
+                self.summary.accepted += 1
+            else:
+                self.summary.refused[answer.status] = self.summary.refused.get(answer.status, 0) + 1
+        elif isinstance(action, Publish):
+            answer = await self.service.request("POST", "/admin/events", json=action.data, admin=True)
+            _expect(answer.status, 202, answer.body)
+            if action.duplicate:
+                _expect(answer.body["deliveries"], 0, "a repeated event must not be delivered again")
+                self.summary.duplicates += 1
+            self.summary.events += 1
+            self.summary.deliveries += answer.body["deliveries"]
+        else:
+            receiver = self.receivers[action.partner]
+            await (receiver.stop() if action.down else receiver.start())
+
+    async def deliver_until(self, moment: datetime | None) -> None:
+        """Move the clock to each scheduled retry before ``moment`` (None: all) and send it."""
+        while self.retries and (moment is None or self.retries[0] < moment):
+            self.clock.set(max(self.clock(), heapq.heappop(self.retries)))
+            await self.deliver_due()
+
+    async def deliver_due(self) -> None:
+        """Send every delivery due now, one at a time in a fixed order, as the worker would."""
+        while jobs := await self.worker.claim(limit=100):
+            for job in sorted(jobs, key=lambda job: (job.event_id, self.names[job.partner_id])):
+                record = await self.worker.deliver(job)
+                if record is None:
+                    raise RuntimeError("the worker could not log an attempt")
+                self.summary.attempts += 1
+                if record.outcome == "retry" and record.next_attempt_at is not None:
+                    heapq.heappush(self.retries, record.next_attempt_at)
+
+
+def _expect(got: object, expected: object, context: object) -> None:
+    if got != expected:
+        raise RuntimeError(f"the demo expected {expected!r} and the service gave {got!r}: {context!r}")
+
+
+def demo_settings(database_url: str) -> Settings:
+    return Settings(
+        database_url=database_url,
+        admin_token=DEMO_ADMIN_TOKEN,
+        # One client posts everything, so the per-client limit would refuse most of it.
+        waitlist_rate_limit="1000000/minute",
+        webhook_retry_schedule=RETRY_SCHEDULE,
+        webhook_timeout=WEBHOOK_TIMEOUT,
+        webhook_allow_private_urls=True,  # the partners' endpoints are on loopback
+    )
+
+
+async def generate(
+    path: Path, seed: int = DEFAULT_SEED, *, registrations: int = REGISTRATIONS, events: int = EVENTS
+) -> Summary:
+    """Fill a new SQLite database at ``path`` by playing ``plan(seed, ...)`` against the service."""
+    if path.exists():
+        raise FileExistsError(path)
+    scenario = plan(seed, registrations, events)
+    clock = Clock(START)
+    endpoints = {spec.name: Endpoint(spec, seed) for spec in PARTNERS}
+    async with contextlib.AsyncExitStack() as stack:
+        receivers = {name: Receiver(clock, endpoint) for name, endpoint in endpoints.items()}
+        for receiver in receivers.values():
+            await stack.enter_async_context(receiver)
+        service = await stack.enter_async_context(serve(demo_settings(f"sqlite:///{path}"), clock))
+        worker = await stack.enter_async_context(service.worker(random.Random(f"{seed}/jitter")))
+        driver = Driver(service, clock, worker, endpoints)
+        driver.receivers = receivers
+        await driver.onboard()
+        await driver.play(scenario.actions)
+        clock.set(max(clock(), END))
+    refused = {name: endpoint.refused for name, endpoint in endpoints.items() if endpoint.refused}
+    if refused:
+        raise RuntimeError(f"receivers refused signatures from the service: {refused}")
+    return driver.summary
+
+
+# --- the demo database on disk ----------------------------------------------------------------
+
+
+def fingerprint(seed: int) -> int:
+    """What the demo database was made from: this scenario, the service's code and the seed.
+
+    Kept in SQLite's ``user_version`` so a database made by older code is made again, not read.
+    """
+    digest = hashlib.sha256(f"{FORMAT}/{seed}".encode())
+    sources = [Path(__file__), Path(__file__).with_name("live.py")]
+    sources += sorted((PROJECT_ROOT / "service").rglob("*.py"))
+    for source in sources:
+        digest.update(source.read_bytes())
+    return int.from_bytes(digest.digest()[:4], "big") & 0x7FFFFFFF  # user_version is signed 32-bit
+
+
+def _user_version(path: Path) -> int | None:
+    if not path.is_file():
+        return None
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def write(out: Path, seed: int = DEFAULT_SEED, **sizes: int) -> Summary:
+    """Generate into a temporary file beside ``out``, then move it into place in one step."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
+    for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
+        leftover.unlink(missing_ok=True)
+    try:
+        summary = asyncio.run(generate(partial, seed, **sizes))
+        with contextlib.closing(sqlite3.connect(partial)) as conn:
+            # One self-contained file (no -wal beside it), stamped with what made it.
+            conn.execute("PRAGMA journal_mode=DELETE")
+            conn.execute(f"PRAGMA user_version={fingerprint(seed)}")
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
+    return summary
+
+
+def ensure(path: Path = DEMO_PATH, seed: int = DEFAULT_SEED) -> Path:
+    """The demo database at ``path``, generated first if it is missing or was made by other code.
+
+    Generation runs in a child process (``python -m analytics.demo``), so a notebook kernel keeps
+    none of the server's state and shows none of its output unless it fails.
+    """
+    if _user_version(path) == fingerprint(seed):
+        return path
+    command = [sys.executable, "-m", "analytics.demo", "--out", str(path), "--seed", str(seed)]
+    done = subprocess.run(  # noqa: S603 - our own module, run with our own interpreter
+        command, cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"generating the demo database failed:\n{done.stdout}{done.stderr}")
+    return path
+
+
+def source(value: Source | str = DEMO) -> Source:
+    """What a notebook's ``SOURCE`` names: ``"demo"`` is the demo database (made on first use);
+    anything else is passed to ``analytics.load`` as it is (a path, a URL, or None for
+    ``$SERVICE_DATABASE_URL``)."""
+    if value == DEMO:
+        return ensure()
+    return value
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analytics.demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=DEMO_PATH, help=f"default {DEMO_PATH}")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--force", action="store_true", help="replace an existing file")
+    args = parser.parse_args(argv)
+    if args.out.exists() and not args.force and _user_version(args.out) == fingerprint(args.seed):
+        print(f"{args.out} is up to date (seed {args.seed})")
+        return 0
+    began = time.perf_counter()
+    summary = write(args.out, args.seed)
+    print(f"wrote {args.out} in {time.perf_counter() - began:.1f} s: {summary.line()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The event catalog as a partner reads it: one section per event kind, and a signed example.
+
+Everything comes from ``service.catalog.event_entry`` (itself derived from the event models) and
+``service.webhooks.signing``, so the catalog notebook shows what the service serves and sends.
+The example delivery is signed with a published example secret at the example's own time: a
+partner's verifier must reproduce its signature exactly, which makes it a test vector.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from service.catalog import event_entry
+from service.events import EVENT_MODELS, EventPayload, payload_fields
+from service.webhooks.outbox import encode_payload
+from service.webhooks.sender import USER_AGENT
+from service.webhooks.signing import signature_headers
+
+BASE_URL = "https://launchrooms.example"  # the platform's public address in every example
+# Published in the catalog notebook as a test vector's key, so it can never be a partner's secret.
+EXAMPLE_SECRET = "example-secret-for-docs-only"  # noqa: S105
+EXAMPLE_DELIVERY_ID = "dlv_01JZ8R0A2B4C6D8E0F2G4H6J8K"
+EXAMPLE_ENDPOINT = "https://partner.example/webhooks/launchrooms"
+COMMON_MEMBERS = ("eventId", "event", "occurredAt")
+
+
+@dataclass(frozen=True)
+class SignedRequest:
+    """One delivery as it goes on the wire: the headers the service sets, and the raw body."""
+
+    headers: dict[str, str]
+    body: bytes
+
+    def http(self, endpoint: str = EXAMPLE_ENDPOINT) -> str:
+        """The request as HTTP/1.1 text (the body is UTF-8 JSON)."""
+        rest = endpoint.partition("://")[2]
+        host, _, path = rest.partition("/")
+        lines = [f"POST /{path} HTTP/1.1", f"Host: {host}"]
+        lines += [f"{name}: {value}" for name, value in self.headers.items()]
+        return "\n".join(lines) + "\n\n" + self.body.decode("utf-8")
+
+
+def model(kind: str) -> type[EventPayload]:
+    try:
+        return EVENT_MODELS[kind]
+    except KeyError:
+        raise KeyError(f"no event kind {kind!r}; the catalog lists {', '.join(EVENT_MODELS)}") from None
+
+
+def overview() -> pd.DataFrame:
+    """Columns ``event, summary, dedupeKey``: every kind in the catalog, in the catalog's order."""
+    entries = [event_entry(BASE_URL, model) for model in EVENT_MODELS.values()]
+    return pd.DataFrame(
+        {
+            "event": [entry["id"] for entry in entries],
+            "summary": [entry["summary"] for entry in entries],
+            "dedupeKey": [entry["dedupeKey"] for entry in entries],
+        }
+    )
+
+
+def fields(kind: str, *, common: bool = True) -> pd.DataFrame:
+    """Columns ``name, type, required, summary``: the catalog's ``payloadFields`` for ``kind``."""
+    rows = [row for row in payload_fields(model(kind)) if common or row["name"] not in COMMON_MEMBERS]
+    return pd.DataFrame(rows, columns=["name", "type", "required", "summary"])
+
+
+def common_fields() -> pd.DataFrame:
+    """Columns ``name, type, required, summary``: the members every event carries."""
+    first = next(iter(EVENT_MODELS))
+    table = fields(first)
+    return table[table["name"].isin(COMMON_MEMBERS)].reset_index(drop=True)
+
+
+def signed_example(kind: str) -> SignedRequest:
+    """The kind's example payload delivered as the service would: exact body bytes and headers.
+
+    Signed with ``EXAMPLE_SECRET`` at the example's ``occurredAt``, so it never changes while the
+    model does not.
+    """
+    payload = model(kind).model_validate(model(kind).EXAMPLE)
+    body = encode_payload(payload).encode("utf-8")
+    timestamp = int(datetime.fromisoformat(payload.occurredAt).timestamp())
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
+    headers |= signature_headers(
+        event=kind, delivery_id=EXAMPLE_DELIVERY_ID, body=body, secrets=[EXAMPLE_SECRET], timestamp=timestamp
+    )
+    return SignedRequest(headers, body)
+
+
+def section(kind: str) -> list[str | pd.DataFrame]:
+    """The parts of one event's section, in reading order: Markdown text and the field table."""
+    entry = event_entry(BASE_URL, model(kind))
+    intro = "\n".join(
+        [
+            f"**Meaning.** {entry['summary']}",
+            "",
+            f"**Trigger.** {entry['trigger']}",
+            "",
+            f"**Trust boundary.** {entry['trustBoundary']}",
+            "",
+            f"**Dedupe key.** `{entry['dedupeKey']}` (delivery status: `{entry['deliveryStatus']}`; "
+            f"schema at `{entry['schemaUrl']}`)",
+            "",
+            "**Payload members** (the common `eventId`, `event` and `occurredAt` first):",
+        ]
+    )
+    signed = signed_example(kind)
+    return [
+        intro,
+        fields(kind),
+        "**Example payload:**\n\n" + _code("json", _pretty(entry["examplePayload"])),
+        _details("JSON Schema (draft 2020-12)", _code("json", _pretty(entry["payloadSchema"]))),
+        f"**The example as a signed delivery** (secret `{EXAMPLE_SECRET}`; your verifier should "
+        "compute the same `v1=` value):\n\n" + _code("http", signed.http()),
+    ]
+
+
+def show(kind: str) -> None:
+    """Display ``section(kind)`` in a notebook: Markdown as Markdown, the table as a table."""
+    from IPython.display import Markdown, display
+
+    for part in section(kind):
+        display(Markdown(part) if isinstance(part, str) else part)  # type: ignore[no-untyped-call]
+
+
+def _pretty(document: Mapping[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+def _code(language: str, text: str) -> str:
+    return f"```{language}\n{text}\n```"
+
+
+def _details(summary: str, body: str) -> str:
+    return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"

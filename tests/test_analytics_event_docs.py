@@ -1,0 +1,63 @@
+"""The partner's view of the catalog: derived from the models, and its signed examples verify."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from analytics import event_docs
+from service.events import EVENT_MODELS, example_payload
+from service.webhooks import signing
+
+
+def test_overview_lists_every_kind_in_catalog_order() -> None:
+    """One row per event model, in EVENT_MODELS order, with its dedupe key."""
+    overview = event_docs.overview()
+    assert list(overview["event"]) == list(EVENT_MODELS)
+    assert overview.loc[1, "dedupeKey"] == "event.id + tier"
+
+
+def test_common_fields() -> None:
+    """The three members every event carries, all required."""
+    common = event_docs.common_fields()
+    assert list(common["name"]) == ["eventId", "event", "occurredAt"]
+    assert common["required"].all()
+
+
+@pytest.mark.parametrize("kind", list(EVENT_MODELS))
+def test_signed_example_is_a_valid_delivery(kind: str) -> None:
+    """The example body is the model's example on the wire, and its signature verifies."""
+    request = event_docs.signed_example(kind)
+    assert json.loads(request.body) == example_payload(EVENT_MODELS[kind])
+    sent_at = int(request.headers[signing.TIMESTAMP_HEADER])
+    signing.verify(request.headers, request.body, event_docs.EXAMPLE_SECRET, now=sent_at)
+    assert request.headers[signing.EVENT_HEADER] == kind
+
+
+def test_signed_example_as_http() -> None:
+    """The HTTP text starts with the request line and host, and ends with the raw body."""
+    request = event_docs.signed_example("platform.milestone")
+    lines = request.http("https://partner.example/hooks/in").split("\n")
+    assert lines[:2] == ["POST /hooks/in HTTP/1.1", "Host: partner.example"]
+    assert lines[-1] == request.body.decode()
+    assert lines[-2] == ""
+
+
+@pytest.mark.parametrize("kind", list(EVENT_MODELS))
+def test_section_parts(kind: str) -> None:
+    """Meaning, field table, example, folded schema and signed example, in that order."""
+    intro, table, example, schema, signed = event_docs.section(kind)
+    assert isinstance(table, pd.DataFrame)
+    assert list(table["name"]) == list(EVENT_MODELS[kind].model_fields)
+    assert isinstance(intro, str) and EVENT_MODELS[kind].SUMMARY in intro
+    assert isinstance(example, str) and EVENT_MODELS[kind].EXAMPLE["eventId"] in example
+    assert isinstance(schema, str) and schema.startswith("<details>")
+    assert isinstance(signed, str) and "x-service-signature: v1=" in signed
+
+
+def test_unknown_kind() -> None:
+    """A kind the catalog does not list is named in the error."""
+    with pytest.raises(KeyError, match=r"room\.deleted"):
+        event_docs.fields("room.deleted")
