@@ -17,7 +17,7 @@ from sanic import Sanic
 from sanic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import admin, cors, health, waitlist
+from service import admin, cors, health, logs, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
@@ -59,8 +59,15 @@ def create_app(
     name: str | None = None,
     clock: Clock = utc_now,
     run_worker: bool = False,
+    structured_logs: bool = False,
 ) -> Sanic:
-    """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it)."""
+    """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it).
+
+    ``structured_logs`` routes every log line through the JSON formatter (``serve`` sets it; tests
+    keep pytest's own capture).
+    """
+    if structured_logs:
+        logs.configure()
     config = Config()
     config.REQUEST_MAX_SIZE = MAX_BODY_BYTES
     config.ACCESS_LOG = False
@@ -73,6 +80,7 @@ def create_app(
         config=config,
         ctx=Context(settings=settings, clock=clock, run_worker=run_worker),
         error_handler=JSONErrorHandler(),
+        configure_logging=not structured_logs,
     )
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))

@@ -37,14 +37,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.app import create_app
 
     migrate(settings.database_url)
-    loader = AppLoader(
-        factory=partial(create_app, settings, name="service", run_worker=not args.no_worker)
+    factory = partial(
+        create_app, settings, name="service", run_worker=not args.no_worker, structured_logs=True
     )
+    loader = AppLoader(factory=factory)
     app = loader.load()
-    app.prepare(
-        host=args.host, port=args.port, workers=args.workers, single_process=args.workers == 1
-    )
-    Sanic.serve(primary=app, app_loader=loader)
+    single = args.workers == 1
+    app.prepare(host=args.host, port=args.port, workers=args.workers, single_process=single)
+    if single:
+        # One process, no manager: a signal to this pid reaches the only process serving.
+        Sanic.serve_single(primary=app)
+    else:
+        Sanic.serve(primary=app, app_loader=loader)
     return 0
 
 

@@ -55,12 +55,17 @@ class JSONFormatter(logging.Formatter):
 def config(level: str = "INFO") -> dict[str, Any]:
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     loggers = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets", "service")
+    configured = {name: {"level": level, "handlers": ["json"], "propagate": False} for name in loggers}
+    # Database drivers log every statement's parameters at DEBUG, partner secrets included: they
+    # are held at WARNING whatever level the service runs at.
+    for noisy in ("aiosqlite", "asyncpg", "sqlalchemy", "aiohttp"):
+        configured[noisy] = {"level": "WARNING", "handlers": ["json"], "propagate": False}
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JSONFormatter}},
         "handlers": {"json": handler},
-        "loggers": {name: {"level": level, "handlers": ["json"], "propagate": False} for name in loggers},
+        "loggers": configured,
     }
 
 
