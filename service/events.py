@@ -40,6 +40,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from ulid import ULID
 
 from service.errors import BadRequest, FieldError
+from service.wire import omit_nulls
 
 # --- member types -----------------------------------------------------------------------------
 
@@ -112,17 +113,7 @@ def _describe_wire(schema: dict[str, Any], model: type[BaseModel]) -> None:
     Absent optional members are omitted from the wire (``dump_payload``) and explicit nulls are
     refused, so the nullable branch and the ``default: null`` pydantic writes would be false.
     """
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)  # the property name already says it; "Occurredat" helps nobody
-        branches = prop.pop("anyOf", None)
-        if branches is not None:
-            kept = [branch for branch in branches if branch != {"type": "null"}]
-            if len(kept) == 1:
-                prop.update(kept[0])
-            else:
-                prop["anyOf"] = kept
-        if "default" in prop and prop["default"] is None:
-            del prop["default"]
+    omit_nulls(schema)
     kind = getattr(model, "KIND", None)
     if kind is not None:
         schema["title"] = kind

@@ -22,6 +22,7 @@ from service.bodies import read_body
 from service.cors import cors_headers
 from service.db.registrations import Registration
 from service.errors import BadRequest, FieldError, ServiceUnavailable, TooManyRequests
+from service.wire import omit_nulls
 
 ACCEPTED = "You are on the waitlist. We will write when early access opens."
 # Every 200 is the same bytes, first registration or repeat: rendered once.
@@ -56,18 +57,11 @@ Email = Annotated[str, AfterValidator(_email), Field(json_schema_extra={"format"
 Text = Annotated[str, AfterValidator(_clean_text)]
 
 
-def _no_null_defaults(schema: dict[str, Any]) -> None:
-    # The optional members may be absent but never null; a `"default": null` would say otherwise.
-    for member in schema.get("properties", {}).values():
-        if member.get("default", ...) is None:
-            del member["default"]
-
-
 class WaitlistRequest(BaseModel):
     """A registration of interest: claim a room, follow rooms, or add arcade."""
 
     model_config = ConfigDict(
-        extra="forbid", strict=True, title="WaitlistRequest", json_schema_extra=_no_null_defaults
+        extra="forbid", strict=True, title="WaitlistRequest", json_schema_extra=omit_nulls
     )
 
     email: Email = Field(description="Contact address for early access.", max_length=320)

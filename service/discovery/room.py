@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.discovery.surfaces import ROOM_SCHEMA, url
 from service.events import Url
+from service.wire import omit_nulls
 
 # Spec "RoomType (enumeration of strings)".
 RoomType = Literal[
@@ -32,21 +33,6 @@ ROOM_TYPES: tuple[str, ...] = get_args(RoomType)
 AUTHORITY_LABELS: tuple[str, ...] = get_args(Authority)
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
-
-
-def omit_nulls(schema: dict[str, Any]) -> None:
-    """Optional members are omitted when unknown, never null: say so in the schema."""
-    for prop in schema.get("properties", {}).values():
-        prop.pop("title", None)  # the member name says it; pydantic's "Canonicalurl" helps nobody
-        branches = prop.pop("anyOf", None)
-        if branches is not None:
-            kept = [branch for branch in branches if branch != {"type": "null"}]
-            if len(kept) == 1:
-                prop.update(kept[0])
-            else:
-                prop["anyOf"] = kept
-        if prop.get("default", ...) is None:
-            del prop["default"]
 
 
 class PricingTier(BaseModel):

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.discovery.room import PricingTier, omit_nulls
+from service.discovery.room import PricingTier
+from service.wire import omit_nulls
 
 
 class Document(BaseModel):
