@@ -31,6 +31,7 @@ from service.settings import Settings
 from service.webhooks import runtime as webhooks
 
 Clock = Callable[[], datetime]
+App = Sanic[Config, "Context"]
 _names = itertools.count()
 
 
@@ -60,7 +61,7 @@ def create_app(
     clock: Clock = utc_now,
     run_worker: bool = False,
     structured_logs: bool = False,
-) -> Sanic:
+) -> App:
     """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it).
 
     ``structured_logs`` routes every log line through the JSON formatter (``serve`` sets it; tests
@@ -75,7 +76,7 @@ def create_app(
     config.MOTD = False
     # Sanic's proxy settings (SANIC_PROXIES_COUNT, SANIC_REAL_IP_HEADER, SANIC_FORWARDED_SECRET)
     # are read from the environment by Config itself; nothing else decides the client address.
-    app: Sanic = Sanic(
+    app: App = Sanic(
         name or f"service_{os.getpid()}_{next(_names)}",
         config=config,
         ctx=Context(settings=settings, clock=clock, run_worker=run_worker),
@@ -91,7 +92,7 @@ def create_app(
     app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))
 
     @app.before_server_start
-    async def open_resources(app: Sanic) -> None:
+    async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
         ctx.engine = create_engine(settings.database_url)
         ctx.limiter = RateLimiter(settings)
@@ -104,7 +105,7 @@ def create_app(
         ctx.registrations.start()
 
     @app.after_server_stop
-    async def close_resources(app: Sanic) -> None:
+    async def close_resources(app: App) -> None:
         ctx: Context = app.ctx
         await ctx.registrations.close()
         await ctx.engine.dispose()

@@ -55,7 +55,8 @@ class UTCDateTime(TypeDecorator[datetime]):
             return None
         if isinstance(value, str):  # SQLite through raw SQL paths
             value = datetime.fromisoformat(value)
-        return value.replace(tzinfo=UTC)
+        moment: datetime = value.replace(tzinfo=UTC)
+        return moment
 
 
 registrations = Table(
