@@ -2,9 +2,10 @@
 
 ``python -m benchmarks.baseline --port P [--size N]`` serves ``GET /constant`` and
 ``POST /constant`` with the same N bytes, with nothing else registered: no middleware, no error
-handler of ours, no access log. It starts the way ``python -m service serve`` does (an
-``AppLoader``, ``Sanic.serve``: a manager process and one worker), so whatever a service route
-costs beyond this is the cost of the route itself, not of a different process model.
+handler of ours, no access log. It starts the way ``python -m service serve --workers N`` does
+(an ``AppLoader``; one worker: ``Sanic.serve_single``, one process; more: ``Sanic.serve``, a
+manager and N workers), so whatever a service route costs beyond this is the cost of the route
+itself, not of a different process model.
 """
 
 from __future__ import annotations
@@ -39,11 +40,18 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
     parser.add_argument("--size", type=int, default=DEFAULT_SIZE, help="bytes in the constant body")
+    parser.add_argument("--workers", type=int, default=1, help="server processes, as the service's")
     args = parser.parse_args()
     loader = AppLoader(factory=partial(create_app, args.size))
     app = loader.load()
-    app.prepare(host=args.host, port=args.port, access_log=False)
-    Sanic.serve(primary=app, app_loader=loader)
+    single = args.workers == 1
+    app.prepare(
+        host=args.host, port=args.port, access_log=False, workers=args.workers, single_process=single
+    )
+    if single:
+        Sanic.serve_single(primary=app)
+    else:
+        Sanic.serve(primary=app, app_loader=loader)
 
 
 if __name__ == "__main__":

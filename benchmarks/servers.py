@@ -2,7 +2,8 @@
 
 Each child runs in its own session, so stopping it reaches every process it started. CPU time is
 read from ``/proc`` for the child and its descendants, which lets a benchmark report server CPU
-per request: a figure the load generator's own speed cannot distort.
+per request: a figure the load generator's own speed cannot distort. Memory likewise: the resident
+set of the whole family, and its peak since a chosen moment (``reset_peak``, then ``peak_rss``).
 """
 
 from __future__ import annotations
@@ -45,25 +46,47 @@ def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = READ
     raise RuntimeError(f"server did not answer {url} within {timeout} s")
 
 
-def _spawn(args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, *args],
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+def _spawn(
+    args: list[str], env: dict[str, str] | None = None, log: Path | None = None
+) -> subprocess.Popen[bytes]:
+    out = open(log, "ab") if log is not None else subprocess.DEVNULL  # noqa: SIM115 - the child owns it
+    try:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+            stdout=out,
+            stderr=subprocess.STDOUT if log is not None else subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    finally:
+        if log is not None:
+            out.close()  # type: ignore[union-attr]
 
 
 @contextlib.contextmanager
-def service(port: int, database: Path, *, base_url: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m service serve`` (one process, no delivery worker) on a SQLite file of its own."""
-    env = {
-        "SERVICE_DATABASE_URL": f"sqlite:///{database}",
+def service(
+    port: int,
+    database: Path | str,
+    *,
+    base_url: str | None = None,
+    workers: int = 1,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m service serve --no-worker`` (no delivery worker; ``workers`` server processes).
+
+    ``database`` is a SQLite file of its own, or a database URL; ``env`` adds or overrides
+    ``SERVICE_*`` settings (rate-limit storage, for one); ``log`` keeps the server's output.
+    """
+    url = database if isinstance(database, str) and "://" in database else f"sqlite:///{database}"
+    settings = {
+        "SERVICE_DATABASE_URL": url,
         "SERVICE_BASE_URL": base_url or f"http://{HOST}:{port}",
+        **(env or {}),
     }
-    process = _spawn(["-m", "service", "serve", "--host", HOST, "--port", str(port), "--no-worker"], env)
+    args = ["-m", "service", "serve", "--host", HOST, "--port", str(port), "--no-worker"]
+    process = _spawn([*args, "--workers", str(workers)], settings, log)
     try:
         wait_ready(f"http://{HOST}:{port}/healthz", process)
         yield process
@@ -72,9 +95,10 @@ def service(port: int, database: Path, *, base_url: str | None = None) -> Iterat
 
 
 @contextlib.contextmanager
-def baseline(port: int, size: int) -> Iterator[subprocess.Popen[bytes]]:
-    """``python -m benchmarks.baseline`` answering ``size`` constant bytes."""
-    process = _spawn(["-m", "benchmarks.baseline", "--port", str(port), "--size", str(size)])
+def baseline(port: int, size: int, *, workers: int = 1) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m benchmarks.baseline`` answering ``size`` constant bytes from ``workers`` processes."""
+    args = ["-m", "benchmarks.baseline", "--port", str(port), "--size", str(size)]
+    process = _spawn([*args, "--workers", str(workers)])
     try:
         wait_ready(f"http://{HOST}:{port}/constant", process)
         yield process
@@ -129,3 +153,40 @@ def cpu_seconds(pid: int) -> float | None:
         return None
     table = _process_table()
     return sum(table[member][1] for member in family(pid, table) if member in table)
+
+
+def _status_kib(pid: int, key: str) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def rss(pid: int) -> int | None:
+    """Bytes resident now in ``pid`` and its descendants; None where /proc is unavailable."""
+    if not Path("/proc/self/status").exists():
+        return None
+    return sum(_status_kib(member, "VmRSS") for member in family(pid)) * 1024
+
+
+def reset_peak(pid: int) -> bool:
+    """Start each family member's peak-RSS mark afresh (Linux ``clear_refs`` 5); False if refused."""
+    done = True
+    for member in family(pid):
+        try:
+            Path(f"/proc/{member}/clear_refs").write_text("5")
+        except OSError:
+            done = False
+    return done
+
+
+def peak_rss(pid: int) -> int | None:
+    """Bytes: the sum over ``pid`` and its descendants of each one's peak resident set (``VmHWM``)
+    since ``reset_peak`` (or its start). Each process's own peak, summed: an upper bound when the
+    peaks did not coincide. None where /proc is unavailable."""
+    if not Path("/proc/self/status").exists():
+        return None
+    return sum(_status_kib(member, "VmHWM") for member in family(pid)) * 1024

@@ -127,12 +127,15 @@ def rate_limit_storage(request: pytest.FixtureRequest) -> Iterator[dict[str, str
 
 
 async def _drop_redis_prefix(url: str, prefix: str) -> None:
-    import coredis
+    from redis.asyncio import Redis
 
-    client = coredis.Redis.from_url(url)
-    keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-    if keys:
-        await client.delete(keys)
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys:
+            await client.delete(*keys)
+    finally:
+        await client.aclose()
 
 
 def _free_port() -> int:

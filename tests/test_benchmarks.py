@@ -1,0 +1,66 @@
+"""The benchmark entry point runs end to end and prints its table; no timing is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import load, report, waitlist
+from service.errors import BadRequest
+from service.waitlist import parse_registration
+from tests.conftest import Clock
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_quick_run_prints_the_table() -> None:
+    """`python -m benchmarks --quick` on one cheap scenario prints every column and a positive rate."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--only", "invalid", "--storage", "sqlite",
+         "--workers", "1", "--markdown"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    header = next(line for line in completed.stdout.splitlines() if line.startswith("| scenario"))
+    assert [cell.strip() for cell in header.strip("|").split("|")] == list(report.COLUMNS)
+    rows = report.parse_markdown(completed.stdout)
+    assert [(row["scenario"], row["storage"], row["workers"]) for row in rows] == [
+        ("POST /api/waitlist (invalid, 400)", "SQLite", "1")
+    ]
+    assert float(rows[0]["req/s"].replace(",", "")) > 0
+    assert float(rows[0]["baseline req/s"].replace(",", "")) > 0
+
+
+@pytest.mark.parametrize("scenario", waitlist.SCENARIOS, ids=lambda s: s.key)
+def test_scenario_bodies_get_the_expected_answer(scenario: waitlist.Scenario) -> None:
+    """Every body a scenario sends is valid (200 scenarios) or refused (the 400 one) by the service."""
+    bodies = scenario.bodies("t0k3n")
+    for thread, n in [(1, 1), (1, 2), (2, 1), (7, 9999)]:
+        document = json.loads(bodies.python(thread, n))
+        if scenario.expect == 200:
+            parse_registration(document, Clock().now)
+        else:
+            with pytest.raises(BadRequest):
+                parse_registration(document, Clock().now)
+
+
+def test_unique_bodies_are_unique() -> None:
+    """Thread number and counter make every address of a run different."""
+    bodies = waitlist.unique_bodies("t0k3n")
+    sent = {bodies.python(thread, n) for thread in range(1, 5) for n in range(1, 500)}
+    assert len(sent) == 4 * 499
+
+
+def test_lua_string_escapes_everything_but_plain_ascii() -> None:
+    """Quotes, backslashes, control characters and UTF-8 bytes become decimal escapes."""
+    assert load.lua_string('a"b\\c\n') == '"a\\034b\\092c\\010"'
+    assert load.lua_string("é") == '"\\195\\169"'
