@@ -50,15 +50,17 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document
 
 
+# Built once: json.loads with hooks would construct a new decoder on every call.
+_DECODER = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_reject_constant)
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise _body_error("invalid_encoding", "The body is not valid UTF-8.") from None
     try:
-        document = json.loads(
-            text, object_pairs_hook=_unique_members, parse_constant=_reject_constant
-        )
+        document = _DECODER.decode(text)
     except (ValueError, RecursionError):
         raise _body_error("invalid_json", "The body is not valid JSON.") from None
     if not isinstance(document, dict):
