@@ -53,8 +53,14 @@ def _email(value: str) -> str:
     return value
 
 
-Email = Annotated[str, AfterValidator(_email), Field(json_schema_extra={"format": "email"})]
-Text = Annotated[str, AfterValidator(_clean_text)]
+# What JSON Schema can say of the checks above: no NUL. (Lone surrogates cannot be written in
+# UTF-8 JSON at all, and email-validator's rules on special-use domains have no schema keyword, so
+# the email member's description states them.)
+NO_NUL = "^[^\\u0000]*$"
+Email = Annotated[
+    str, AfterValidator(_email), Field(json_schema_extra={"format": "email", "pattern": NO_NUL})
+]
+Text = Annotated[str, AfterValidator(_clean_text), Field(json_schema_extra={"pattern": NO_NUL})]
 
 
 class WaitlistRequest(BaseModel):
@@ -64,7 +70,14 @@ class WaitlistRequest(BaseModel):
         extra="forbid", strict=True, title="WaitlistRequest", json_schema_extra=omit_nulls
     )
 
-    email: Email = Field(description="Contact address for early access.", max_length=320)
+    email: Email = Field(
+        description=(
+            "Contact address for early access. Checked by email-validator without DNS: at most "
+            "254 characters, and special-use domains (localhost, .test, .invalid, .local, ...) "
+            "are refused."
+        ),
+        max_length=254,  # RFC 5321's path limit, which email-validator enforces
+    )
     intent: Literal["claim", "member", "arcade"] = Field(
         description="claim a room, follow rooms (member), or add arcade."
     )
@@ -81,8 +94,8 @@ class WaitlistRequest(BaseModel):
 class WaitlistResponse(BaseModel):
     model_config = ConfigDict(title="WaitlistResponse")
 
-    ok: bool
-    message: str | None = None
+    ok: bool = Field(description="true: the registration is stored (a repeat answers the same).")
+    message: str | None = Field(default=None, description="A sentence to show the person registering.")
 
 
 _CODES = {

@@ -259,10 +259,19 @@ def openapi_document(content: Content, base_url: str) -> dict[str, Any]:
         "components": {
             "schemas": schemas,
             "headers": {
-                "ETag": {"description": "Strong validator of the document.", "schema": _TEXT},
-                "Cache-Control": {"description": "How long the document may be cached.", "schema": _TEXT},
+                "ETag": {
+                    "description": "Strong validator of the document.",
+                    "required": True,
+                    "schema": _TEXT,
+                },
+                "Cache-Control": {
+                    "description": "How long the document may be cached.",
+                    "required": True,
+                    "schema": _TEXT,
+                },
                 "Retry-After": {
                     "description": "Seconds to wait before trying again.",
+                    "required": True,
                     "schema": {"type": "integer", "minimum": 1},
                 },
             },

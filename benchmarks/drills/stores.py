@@ -1,0 +1,137 @@
+"""Where the drills keep state: a fresh database per drill, Redis key prefixes, and what they read back.
+
+PostgreSQL and Redis come from ``SERVICE_DRILL_POSTGRES_URL`` / ``SERVICE_DRILL_REDIS_URL``, else
+from the test suite's ``SERVICE_TEST_POSTGRES_URL`` / ``SERVICE_TEST_REDIS_URL``; without them the
+parts that need them are skipped with that reason. Each drill makes its own database (a SQLite file
+in its work directory, or ``service_drill_<hex>`` on the PostgreSQL server, dropped afterwards) and
+its own Redis key prefix (deleted afterwards), so drills never see each other's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import make_url
+
+from service.db.engine import create_engine, migrate
+from service.db.tables import deliveries, delivery_attempts, registrations
+
+NO_POSTGRES = "no PostgreSQL: set SERVICE_DRILL_POSTGRES_URL or SERVICE_TEST_POSTGRES_URL"
+NO_REDIS = "no Redis: set SERVICE_DRILL_REDIS_URL or SERVICE_TEST_REDIS_URL"
+
+
+def postgres_url() -> str | None:
+    return os.environ.get("SERVICE_DRILL_POSTGRES_URL") or os.environ.get("SERVICE_TEST_POSTGRES_URL") or None
+
+
+def redis_url() -> str | None:
+    return os.environ.get("SERVICE_DRILL_REDIS_URL") or os.environ.get("SERVICE_TEST_REDIS_URL") or None
+
+
+async def _admin_execute(url: str, sql: str) -> None:
+    import asyncpg
+
+    parsed = make_url(url)
+    conn = await asyncpg.connect(
+        host=parsed.host,
+        port=parsed.port or 5432,
+        user=parsed.username,
+        password=parsed.password,
+        database=parsed.database,
+    )
+    try:
+        await conn.execute(sql)
+    finally:
+        await conn.close()
+
+
+@contextmanager
+def database(kind: str, workdir: Path, server: str | None = None) -> Iterator[str]:
+    """A migrated, empty database of its own: a SQLite file, or a new database on ``server``."""
+    tag = uuid.uuid4().hex[:12]
+    if kind == "sqlite":
+        url = f"sqlite:///{workdir / f'drill-{tag}.db'}"
+        migrate(url)
+        yield url
+        return
+    if server is None:
+        raise ValueError(NO_POSTGRES)
+    name = f"service_drill_{tag}"
+    asyncio.run(_admin_execute(server, f'CREATE DATABASE "{name}"'))
+    try:
+        url = make_url(server).set(database=name).render_as_string(hide_password=False)
+        migrate(url)
+        yield url
+    finally:
+        asyncio.run(_admin_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def redis_prefix() -> str:
+    return f"service-drill-{uuid.uuid4().hex[:12]}"
+
+
+async def _redis_keys(url: str, prefix: str, *, delete: bool) -> int:
+    from redis.asyncio import Redis
+
+    client = Redis.from_url(url)
+    try:
+        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
+        if keys and delete:
+            await client.delete(*keys)
+        return len(keys)
+    finally:
+        await client.aclose()
+
+
+def count_redis_keys(url: str, prefix: str) -> int:
+    return asyncio.run(_redis_keys(url, prefix, delete=False))
+
+
+def drop_redis_keys(url: str, prefix: str) -> int:
+    """Delete every key under ``prefix``; how many there were."""
+    return asyncio.run(_redis_keys(url, prefix, delete=True))
+
+
+# --- reading back what the service stored -------------------------------------------------------
+
+
+async def _rows(url: str, statement: Any) -> list[Any]:
+    engine = create_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return list(await conn.execute(statement))
+    finally:
+        await engine.dispose()
+
+
+def registered(url: str) -> Counter[tuple[str, str]]:
+    """Stored rows per (lower-cased email, intent): each should be exactly 1."""
+    rows = asyncio.run(_rows(url, select(registrations.c.email_key, registrations.c.intent)))
+    return Counter((email, intent) for email, intent in rows)
+
+
+def registration_count(url: str) -> int:
+    return int(asyncio.run(_rows(url, select(func.count()).select_from(registrations)))[0][0])
+
+
+def delivery_states(url: str) -> Counter[str]:
+    statement = select(deliveries.c.status, func.count()).group_by(deliveries.c.status)
+    return Counter({status: count for status, count in asyncio.run(_rows(url, statement))})
+
+
+def claims(url: str) -> dict[str, int]:
+    """Each delivery's claim count (``attempts``: one per claim, less claims handed back unsent)."""
+    return dict(asyncio.run(_rows(url, select(deliveries.c.id, deliveries.c.attempts))))
+
+
+def attempt_outcomes(url: str) -> Counter[str]:
+    statement = select(delivery_attempts.c.outcome, func.count()).group_by(delivery_attempts.c.outcome)
+    return Counter({outcome: count for outcome, count in asyncio.run(_rows(url, statement))})
