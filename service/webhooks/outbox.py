@@ -23,9 +23,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, bindparam, func, literal_column, select, tuple_, update
+from sqlalchemy import Integer, bindparam, exists, func, literal_column, null, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ulid import ULID
@@ -149,8 +149,11 @@ async def publish_event(
 # --- claiming and settling --------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
+# Job and AttemptRecord are named tuples, not dataclasses: a tuple holding only strings, numbers,
+# bytes, datetimes and such tuples is dropped from the garbage collector's lists at its first
+# pass, so the hundreds a busy worker holds (claimed and waiting, or finished and not yet logged)
+# never reach the old generation and never make a full collection (tens of ms) come due.
+class Job(NamedTuple):
     """One claimed delivery, with everything needed to send it."""
 
     delivery_id: str
@@ -162,20 +165,26 @@ class Job:
     attempt: int  # the number of this attempt, 1 for the first
     secrets: tuple[str, ...]  # live at claim time, newest first
     claim_token: str
+    claimed_until: datetime  # the lease's end, also the row's next_attempt_at while claimed
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
 
 
+# Hot statements are built once, at import, each with one shape (no lists of ids whose length
+# changes the SQL): SQLAlchemy then compiles each once per dialect, SQLite's statement cache and
+# asyncpg's prepared statements are reused, and no execution pays for building SQL. The status
+# test is literal SQL, identical to the partial index's, so both databases can prove the index
+# applies (a bound parameter would hide that from the planner).
+_CLAIMABLE = deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE_STATUSES])
+
+
 def _claim_statement(postgres: bool) -> Any:
-    # Built once per dialect: the hot path then skips statement construction and cache-key work.
-    # The status test is literal SQL, identical to the partial index's, so both databases can
-    # prove the index applies (a bound parameter would hide that from the planner).
     candidates = (
         select(deliveries.c.id)
         .join(partners, partners.c.id == deliveries.c.partner_id)
         .where(
-            deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE_STATUSES]),
+            _CLAIMABLE,
             deliveries.c.next_attempt_at <= bindparam("b_now", type_=UTCDateTime()),
             partners.c.status == literal_column(f"'{ACTIVE}'"),
         )
@@ -199,11 +208,12 @@ def _claim_statement(postgres: bool) -> Any:
             attempts=deliveries.c.attempts + 1,
             updated_at=bindparam("b_now", type_=UTCDateTime()),
         )
-        .returning(deliveries.c.id)
     )
 
 
 _CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+# The rows one claim took, found by what the claim wrote: every one is delivering, with the
+# claim's token and next_attempt_at = its lease end, so the partial index finds them by that time.
 _CLAIMED_JOBS = (
     select(
         deliveries.c.id,
@@ -219,7 +229,11 @@ _CLAIMED_JOBS = (
     )
     .join(events, events.c.id == deliveries.c.event_id)
     .join(partners, partners.c.id == deliveries.c.partner_id)
-    .where(deliveries.c.id.in_(bindparam("b_ids", expanding=True)))
+    .where(
+        _CLAIMABLE,
+        deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+        deliveries.c.claim_token == bindparam("b_token"),
+    )
     .order_by(deliveries.c.created_at, deliveries.c.id)
 )
 
@@ -233,34 +247,26 @@ async def claim_due(
     worker died), both in one ordered index scan.
     """
     token = token or new_claim_token()
+    until = now + lease
     claimed = await conn.execute(
         _CLAIM[conn.dialect.name],
-        {"b_now": now, "b_limit": limit, "b_token": token, "b_until": now + lease},
+        {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until},
     )
-    ids = [row[0] for row in claimed]
-    if not ids:
+    if not claimed.rowcount:
         return []
-    rows = await conn.execute(_CLAIMED_JOBS, {"b_ids": ids})
-    return [
-        Job(
-            delivery_id=row.id,
-            event_id=row.event_id,
-            kind=row.kind,
-            partner_id=row.partner_id,
-            url=row.url,
-            body=row.payload.encode("utf-8"),
-            attempt=row.attempts,
-            secrets=tuple(
-                live_secrets(row.secret, row.previous_secret, row.previous_secret_expires_at, now)
-            ),
-            claim_token=token,
-        )
-        for row in rows
-    ]
+    rows = await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})
+    signing: dict[str, tuple[str, ...]] = {}  # partner id -> live secrets; partners are few
+    jobs = []
+    for delivery_id, attempt, event_id, kind, payload, partner_id, url, secret, previous, expires in rows:
+        secrets = signing.get(partner_id)
+        if secrets is None:
+            secrets = signing[partner_id] = tuple(live_secrets(secret, previous, expires, now))
+        body = payload.encode()
+        jobs.append(Job(delivery_id, event_id, kind, partner_id, url, body, attempt, secrets, token, until))
+    return jobs
 
 
-@dataclass(frozen=True, slots=True)
-class AttemptRecord:
+class AttemptRecord(NamedTuple):
     """One attempt as logged, and what it did to its delivery."""
 
     job: Job
@@ -277,20 +283,28 @@ class AttemptRecord:
 _LOG_ATTEMPTS = delivery_attempts.insert()
 _STATUS_AFTER = {"delivered": DELIVERED, "retry": PENDING, "paused": PENDING, "failed": FAILED}
 
+# Delivered attempts, the common case, are settled a whole claim at a time, with no per-row
+# parameters: the claim's rows (found as in _CLAIMED_JOBS) whose current attempt the log, written
+# just before in the same transaction, records as delivered. A row another worker has claimed
+# since carries another token and is left alone; one still in flight has no such log row yet.
 _SETTLE_DELIVERED = (
     update(deliveries)
     .where(
-        # The plain id test lets SQLite look rows up by key (a row-value IN alone scans); the
-        # pair test matches each row on its own claim token.
-        deliveries.c.id.in_(bindparam("b_ids", expanding=True)),
-        tuple_(deliveries.c.id, deliveries.c.claim_token).in_(bindparam("b_claims", expanding=True)),
+        _CLAIMABLE,
+        deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+        deliveries.c.claim_token == bindparam("b_token"),
+        exists().where(
+            delivery_attempts.c.delivery_id == deliveries.c.id,
+            delivery_attempts.c.attempt == deliveries.c.attempts,
+            delivery_attempts.c.outcome == literal_column("'delivered'"),
+        ),
     )
     .values(
-        status=DELIVERED,
+        status=literal_column(f"'{DELIVERED}'"),
         next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
         delivered_at=bindparam("b_at", type_=UTCDateTime()),
-        claimed_until=None,
-        claim_token=None,
+        claimed_until=null(),
+        claim_token=null(),
         updated_at=bindparam("b_at", type_=UTCDateTime()),
     )
 )
@@ -331,18 +345,16 @@ async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord
             for record in records
         ],
     )
-    delivered = [record for record in records if record.outcome == "delivered"]
-    if delivered:
-        # The common case in one statement.
-        at = max(record.finished_at for record in delivered)
-        await conn.execute(
-            _SETTLE_DELIVERED,
-            {
-                "b_ids": [record.job.delivery_id for record in delivered],
-                "b_claims": [(record.job.delivery_id, record.job.claim_token) for record in delivered],
-                "b_at": at,  # the batch's last finish: within LOG_DELAY of each attempt's own
-            },
-        )
+    claims: dict[tuple[str, datetime], datetime] = {}  # (token, lease end) -> last delivered
+    for record in records:
+        if record.outcome == "delivered":
+            claim = (record.job.claim_token, record.job.claimed_until)
+            at = claims.get(claim)
+            if at is None or record.finished_at > at:
+                claims[claim] = record.finished_at
+    for (token, until), at in claims.items():
+        # delivered_at is the claim's last finish in this batch: within LOG_DELAY of each one's own.
+        await conn.execute(_SETTLE_DELIVERED, {"b_token": token, "b_until": until, "b_at": at})
     others = [record for record in records if record.outcome != "delivered"]
     if others:
         await conn.execute(

@@ -17,6 +17,7 @@ Depends only on the standard library and itsdangerous, so a partner can vendor t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import time
@@ -68,11 +69,22 @@ class StaleTimestamp(SignatureError):
         self.tolerance = tolerance
 
 
+# Signers are built once per secret (or list of secrets) and reused: building one costs more than
+# the HMAC it computes, and the worker signs every attempt with the same few partner secrets. A
+# Signer holds nothing but its keys and settings, so sharing one is safe.
+_SIGNERS_CACHED = 1024  # live secrets at a time: two per partner at most during a rotation
+
+
+@functools.lru_cache(maxsize=_SIGNERS_CACHED)
+def _cached_signer(secrets: tuple[str, ...]) -> Signer:
+    return Signer(list(secrets), key_derivation="none", digest_method=hashlib.sha256)
+
+
 def _signer(secrets: Sequence[str]) -> Signer:
     # An empty list would verify nothing and an empty secret would sign with a public key.
     if not secrets or not all(secrets):
         raise ValueError("signing needs at least one secret, and no empty ones")
-    return Signer(list(secrets), key_derivation="none", digest_method=hashlib.sha256)
+    return _cached_signer(tuple(secrets))
 
 
 def _signed_payload(timestamp: int | str, body: bytes) -> bytes:
@@ -81,12 +93,11 @@ def _signed_payload(timestamp: int | str, body: bytes) -> bytes:
 
 def sign(body: bytes, secrets: Sequence[str], timestamp: int) -> str:
     """The ``x-service-signature`` value: ``v1=<sig>`` per secret, in the order given (newest first)."""
-    _signer(secrets)  # refuses an empty list or an empty secret before anything is signed
+    # Signer.get_signature always uses its newest key, so each secret gets a signer of its own
+    # (and _signer refuses an empty secret before anything is signed).
+    signers = [_signer((secret,)) for secret in secrets] if secrets else [_signer(secrets)]
     payload = _signed_payload(timestamp, body)
-    # Signer.get_signature always uses its newest key, so each secret gets a signer of its own.
-    return ",".join(
-        f"{SCHEME}={_signer([secret]).get_signature(payload).decode('ascii')}" for secret in secrets
-    )
+    return ",".join(f"{SCHEME}={signer.get_signature(payload).decode('ascii')}" for signer in signers)
 
 
 def signature_headers(

@@ -2,15 +2,16 @@
 
 Inside ``serve`` it starts after the server does and stops before it (``service.webhooks.runtime``);
 ``python -m service worker`` runs it alone, for scale-out on PostgreSQL. It keeps up to
-``concurrency`` attempts sending over one connection pool, with more claimed and waiting so a
-freed connection never waits for the database.
+``concurrency`` attempts sending over one connection pool, each from a long-lived sender task,
+with more claimed and waiting so a freed sender never waits for the database.
 
 The continuous loop (``run``) is the only part that touches the database, one transaction per
 turn: it logs and settles every attempt finished since the last turn and claims what the free
 slots need, together. Under load one commit carries dozens of attempts; an idle worker turns as
 soon as something happens. It wakes when this process publishes (an ``asyncio.Event`` the publisher
-sets), when an attempt finishes, and every ``poll_interval`` seconds for due retries and other
-processes' publishes. An attempt counts (``settled``, metrics) only once its log row is committed.
+sets), when finished attempts or free senders add up to a batch (or the worker falls idle), and
+every ``poll_interval`` seconds for due retries and other processes' publishes. An attempt
+counts (``settled``, metrics) only once its log row is committed.
 
 Tests drive it without a background task: ``run_once()`` claims one batch, sends it and settles
 it, and ``drain()`` repeats that until nothing is due at the injected clock's time.
@@ -19,7 +20,6 @@ it, and ``drain()`` repeats that until nothing is due at the injected clock's ti
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 from collections import deque
@@ -127,16 +127,21 @@ class Worker:
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._running = False  # the continuous loop is on: freed slots start waiting deliveries
-        self._sending: set[asyncio.Task[Any]] = set()  # attempts in flight (for a clean stop)
-        self._slots = 0  # attempts holding a connection slot
-        # Claimed, waiting for a free slot; each with the loop time by which it must have started.
+        self._running = False  # the continuous loop is on: its senders take waiting deliveries
+        # The continuous loop's senders: ``concurrency`` long-lived tasks, each taking the next
+        # waiting delivery as soon as it finishes one (no task per attempt).
+        self._senders: list[asyncio.Task[None]] = []
+        self._idle: deque[asyncio.Future[None]] = deque()  # senders waiting for a delivery
+        self._slots = 0  # attempts in flight, each holding a connection slot
+        # Claimed, waiting for a free sender; each with the loop time by which it must have started.
         self._queue: deque[tuple[float, Job]] = deque()
         self._expired: list[Job] = []  # waited too long for a slot: handed back next turn
         self._finished: list[AttemptRecord] = []  # attempts made, not yet logged
         self._db_lock = asyncio.Lock()
         self._counters: dict[str, Any] = {}  # metric children by outcome, looked up once
-        self._signal = asyncio.Event()  # something happened: an attempt finished, or a wake
+        # Set while the loop waits; resolved (``_nudge``) when there is something for it to do.
+        self._waiter: asyncio.Future[None] | None = None
+        self._batch = BATCH * concurrency
         self._woken = False  # the last signal came from outside (wake), not from an attempt
         self._finished_since = 0.0  # loop time when `_finished` last became non-empty
 
@@ -168,12 +173,14 @@ class Worker:
         are then sent again (at least once).
         """
         self._stopping = True
-        self._signal.set()
+        self._nudge()
         if self._task is not None:
             await self._task
-        if self._sending:
+        senders = [task for task in self._senders if not task.done()]
+        self._senders = []
+        if senders:  # each finishes the attempt it has in flight, if any, and ends
             grace = self.settings.webhook_timeout + 1 if grace is None else grace
-            _, late = await asyncio.wait(self._sending, timeout=grace)
+            _, late = await asyncio.wait(senders, timeout=grace)
             for task in late:
                 task.cancel()
             await asyncio.gather(*late, return_exceptions=True)
@@ -272,21 +279,26 @@ class Worker:
     async def run(self) -> None:
         """Turn until stopped: log finished attempts, claim for free slots, start them.
 
-        Up to ``WAITING x concurrency`` claimed deliveries wait for a slot, so a freed slot starts
-        the next one at once (``_attempt_in_slot``), and claims come in batches of about
-        ``BATCH x concurrency``. One that waited so long that it could not finish inside its lease
-        is handed back unsent. Finished attempts are logged in batches of the same size, at once
-        when the worker falls idle, and at most ``LOG_DELAY`` seconds late.
+        ``concurrency`` long-lived senders (``_send``) make the attempts. Up to ``WAITING x
+        concurrency`` claimed deliveries wait for one, so a sender that finishes takes the next at
+        once, and claims come in batches of about ``BATCH x concurrency``. One that waited so long
+        that it could not finish inside its lease is handed back unsent. Finished attempts are
+        logged in batches of the same size, at once when the worker falls idle, and at most
+        ``LOG_DELAY`` seconds late.
 
         After a claim comes back short (nothing more is due) the worker claims again only when
         woken from outside (a publish, a resume, a retry) or after ``poll_interval``.
         """
-        batch = BATCH * self.concurrency
+        batch = self._batch
         loop = asyncio.get_running_loop()
         last_claim = -float("inf")
         drained = False
         forwarder = loop.create_task(self._forward_wakes())
         self._running = True
+        self._senders = [
+            loop.create_task(self._send(), name=f"webhook-sender-{number}")
+            for number in range(self.concurrency)
+        ]
         try:
             while not self._stopping:
                 if self._woken:
@@ -309,15 +321,21 @@ class Worker:
                         last_claim, drained = loop.time(), len(jobs) < claim
                     start_by = loop.time() + self._start_within
                     self._queue.extend((start_by, job) for job in jobs)
-                    self._start_queued()
+                    self._wake_senders()
                     continue
-                self._signal.clear()
-                timeout = LOG_DELAY if waiting else self.poll_interval
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._signal.wait(), timeout=timeout)
+                if waiting:
+                    timeout = self._finished_since + LOG_DELAY - loop.time()
+                else:
+                    since = loop.time() - last_claim if drained else 0.0
+                    timeout = self.poll_interval - since
+                await self._pause(timeout)
         finally:
             self._running = False
             forwarder.cancel()
+            while self._idle:  # idle senders end now; busy ones after their attempt (see stop)
+                waiter = self._idle.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)
             if self._queue or self._expired:
                 jobs = [job for _, job in self._queue] + self._expired
                 self._queue.clear()
@@ -328,39 +346,84 @@ class Worker:
                 except Exception:
                     log.exception("handing back claimed deliveries failed; their leases will expire")
 
+    async def _pause(self, timeout: float) -> None:
+        """Wait until nudged or for ``timeout`` seconds (a future and a timer: no task per wait)."""
+        loop = asyncio.get_running_loop()
+        self._waiter = waiter = loop.create_future()
+        timer = loop.call_later(max(timeout, 0.0), self._nudge)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
+
+    def _nudge(self) -> None:
+        """Let the loop take a turn now, if it is waiting."""
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _want_turn(self) -> bool:
+        """After an attempt: whether the loop has work now (see ``run``), so it is not woken for
+        every attempt only to wait again."""
+        finished = len(self._finished)
+        if finished == 1 or finished >= self._batch:  # start the LOG_DELAY clock, or log a batch
+            return True
+        queued = self._slots + len(self._queue)
+        return not queued or (WAITING + 1) * self.concurrency - queued >= self._batch
+
     async def _forward_wakes(self) -> None:
         """Turn the shared ``wake`` (set by publishers) into this loop's signal, marked external."""
         while True:
             await self.wake.wait()
             self.wake.clear()
             self._woken = True
-            self._signal.set()
+            self._nudge()
 
-    def _start_queued(self) -> None:
+    def _wake_senders(self) -> None:
+        """Wake an idle sender for each waiting delivery (busy ones take the next when done)."""
+        for _ in range(len(self._queue)):
+            while self._idle and self._idle[0].done():
+                self._idle.popleft()  # its sender was cancelled
+            if not self._idle:
+                return
+            self._idle.popleft().set_result(None)
+
+    async def _send(self) -> None:
+        """One sender: take the next waiting delivery, attempt it, hand the record over; repeat.
+
+        Ends when the loop stops: at once when idle, otherwise after the attempt in flight.
+        """
         loop = asyncio.get_running_loop()
-        while self._queue and self._slots < self.concurrency and not self._stopping:
-            start_by, job = self._queue.popleft()
+        queue = self._queue
+        while self._running and not self._stopping:
+            if not queue:
+                waiter: asyncio.Future[None] = loop.create_future()
+                self._idle.append(waiter)
+                await waiter
+                continue
+            start_by, job = queue.popleft()
             if loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
+                self._nudge()
                 continue
             self._slots += 1
-            task = loop.create_task(self._attempt_in_slot(job))
-            self._sending.add(task)
-            task.add_done_callback(self._sending.discard)
-
-    async def _attempt_in_slot(self, job: Job) -> None:
-        try:
-            record = await self.attempt(job)
-            # Appended only now: `_turn` swaps the list while attempts run, and a bound
-            # `self._finished.append` taken before the await would add to the list it already took.
-            if not self._finished:
-                self._finished_since = asyncio.get_running_loop().time()
-            self._finished.append(record)
-        finally:
+            try:
+                record = await self.attempt(job)
+            except Exception:
+                # Never expected (the sender answers every failure with an Attempt); the claim
+                # holds until its lease ends and the delivery goes out again then.
+                log.exception("attempting a delivery failed", extra={"delivery": job.delivery_id})
+                self._slots -= 1
+                self._nudge()
+                continue
             self._slots -= 1
-            self._signal.set()
-            if self._running:
-                self._start_queued()  # this slot's connection is free: the next delivery takes it
+            # Appended only now: `_turn` swaps the list while attempts run.
+            if not self._finished:
+                self._finished_since = loop.time()
+            self._finished.append(record)
+            if self._want_turn():
+                self._nudge()
 
     # --- one attempt --------------------------------------------------------------------------
 
