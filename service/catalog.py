@@ -16,6 +16,7 @@ from service.events import (
     payload_fields,
     payload_json_schema,
 )
+from service.settings import Settings
 from service.webhooks.signing import signature_description
 
 # Spec "Versioning".
@@ -29,7 +30,8 @@ DELIVERY_STATUS = "schema-ready"  # spec "Events / Delivery": every event is sch
 
 # The documented default of SERVICE_WEBHOOK_RETRY_SCHEDULE (DESIGN.md "Settings"): the catalog
 # describes the platform's promise, not whatever one deployment overrides it with.
-DEFAULT_RETRY_SCHEDULE = (5, 300, 1800, 7200, 18000, 36000, 36000)
+# The documented default, read from the one place it is defined.
+DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = Settings.model_fields["webhook_retry_schedule"].default
 RETRY_JITTER = 0.2
 
 DELIVERY_MODEL = (
@@ -70,7 +72,7 @@ SAFETY_BOUNDARIES = [
 
 
 def _retry_text() -> str:
-    delays = ", ".join(str(delay) for delay in DEFAULT_RETRY_SCHEDULE)
+    delays = ", ".join(f"{delay:g}" for delay in DEFAULT_RETRY_SCHEDULE)
     return (
         "A 2xx answer is success. Any other status, a timeout or a refused connection is retried "
         f"after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects are not followed). "
