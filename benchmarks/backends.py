@@ -21,6 +21,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from tests.scratch import admin_execute, redis_keys
+
 
 @dataclass(frozen=True, slots=True)
 class Backend:
@@ -52,34 +54,11 @@ def sqlite() -> Iterator[Backend]:
 
 
 async def _admin(url: str, statement: str) -> None:
-    import asyncpg
-
-    parsed = make_url(url)
-    conn = await asyncpg.connect(
-        host=parsed.host,
-        port=parsed.port or 5432,
-        user=parsed.username,
-        password=parsed.password,
-        database=parsed.database,
-        timeout=10,
-    )
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
+    await admin_execute(url, statement)
 
 
 async def _drop_keys(url: str, prefix: str) -> int:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
-        return len(keys)
-    finally:
-        await client.aclose()
+    return await redis_keys(url, prefix, delete=True)
 
 
 async def _ping(url: str) -> bool:

@@ -23,6 +23,7 @@ from service.app import create_app
 from service.db.engine import create_engine, migrate
 from service.db.tables import metadata
 from service.settings import Settings
+from tests.scratch import admin_execute, redis_keys
 
 POSTGRES_URL = os.environ.get("SERVICE_TEST_POSTGRES_URL")
 REDIS_URL = os.environ.get("SERVICE_TEST_REDIS_URL")
@@ -54,34 +55,17 @@ def _run(coro: Any) -> Any:
     return asyncio.new_event_loop().run_until_complete(coro)
 
 
-async def _admin_execute(url: str, sql: str) -> None:
-    import asyncpg
-
-    parsed = make_url(url)
-    conn = await asyncpg.connect(
-        host=parsed.host,
-        port=parsed.port or 5432,
-        user=parsed.username,
-        password=parsed.password,
-        database=parsed.database,
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture(scope="session")
 def postgres_database() -> Iterator[str]:
     """A database of this run's own on the machine's PostgreSQL, dropped afterwards."""
     if not POSTGRES_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
     name = f"service_test_{RUN_ID}"
-    _run(_admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
+    _run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
     url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     migrate(url)
     yield url
-    _run(_admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    _run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 async def _empty_tables(url: str) -> None:
@@ -123,19 +107,7 @@ def rate_limit_storage(request: pytest.FixtureRequest) -> Iterator[dict[str, str
         pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to test against")
     prefix = f"service-test-{RUN_ID}-{uuid.uuid4().hex[:8]}"
     yield {"rate_limit_storage": REDIS_URL, "rate_limit_key_prefix": prefix}
-    _run(_drop_redis_prefix(REDIS_URL, prefix))
-
-
-async def _drop_redis_prefix(url: str, prefix: str) -> None:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys:
-            await client.delete(*keys)
-    finally:
-        await client.aclose()
+    _run(redis_keys(REDIS_URL, prefix, delete=True))
 
 
 def _free_port() -> int:

@@ -23,6 +23,7 @@ from sqlalchemy.engine import make_url
 
 from service.db.engine import create_engine, migrate
 from service.db.tables import deliveries, delivery_attempts, registrations
+from tests.scratch import admin_execute, redis_keys
 
 NO_POSTGRES = "no PostgreSQL: set SERVICE_DRILL_POSTGRES_URL or SERVICE_TEST_POSTGRES_URL"
 NO_REDIS = "no Redis: set SERVICE_DRILL_REDIS_URL or SERVICE_TEST_REDIS_URL"
@@ -34,23 +35,6 @@ def postgres_url() -> str | None:
 
 def redis_url() -> str | None:
     return os.environ.get("SERVICE_DRILL_REDIS_URL") or os.environ.get("SERVICE_TEST_REDIS_URL") or None
-
-
-async def _admin_execute(url: str, sql: str) -> None:
-    import asyncpg
-
-    parsed = make_url(url)
-    conn = await asyncpg.connect(
-        host=parsed.host,
-        port=parsed.port or 5432,
-        user=parsed.username,
-        password=parsed.password,
-        database=parsed.database,
-    )
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 @contextmanager
@@ -65,39 +49,26 @@ def database(kind: str, workdir: Path, server: str | None = None) -> Iterator[st
     if server is None:
         raise ValueError(NO_POSTGRES)
     name = f"service_drill_{tag}"
-    asyncio.run(_admin_execute(server, f'CREATE DATABASE "{name}"'))
+    asyncio.run(admin_execute(server, f'CREATE DATABASE "{name}"'))
     try:
         url = make_url(server).set(database=name).render_as_string(hide_password=False)
         migrate(url)
         yield url
     finally:
-        asyncio.run(_admin_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        asyncio.run(admin_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def redis_prefix() -> str:
     return f"service-drill-{uuid.uuid4().hex[:12]}"
 
 
-async def _redis_keys(url: str, prefix: str, *, delete: bool) -> int:
-    from redis.asyncio import Redis
-
-    client = Redis.from_url(url)
-    try:
-        keys = [key async for key in client.scan_iter(match=f"{prefix}*")]
-        if keys and delete:
-            await client.delete(*keys)
-        return len(keys)
-    finally:
-        await client.aclose()
-
-
 def count_redis_keys(url: str, prefix: str) -> int:
-    return asyncio.run(_redis_keys(url, prefix, delete=False))
+    return asyncio.run(redis_keys(url, prefix, delete=False))
 
 
 def drop_redis_keys(url: str, prefix: str) -> int:
     """Delete every key under ``prefix``; how many there were."""
-    return asyncio.run(_redis_keys(url, prefix, delete=True))
+    return asyncio.run(redis_keys(url, prefix, delete=True))
 
 
 # --- reading back what the service stored -------------------------------------------------------
