@@ -16,7 +16,9 @@ from typing import Any
 
 EMAIL = re.compile(r"([A-Za-z0-9._%+-])[A-Za-z0-9._%+-]*@([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
 # Keys whose values are never written, whatever a caller passes in `extra=`.
-SECRET_KEYS = frozenset({"secret", "secrets", "token", "admin_token", "authorization", "password", "signature"})
+SECRET_KEYS = frozenset(
+    {"secret", "secrets", "token", "admin_token", "authorization", "password", "signature"}
+)
 _RESERVED = frozenset(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
 
 

@@ -25,8 +25,8 @@ from service.webhooks.signing import (
     verify,
 )
 
-NEW_SECRET = "whsec_new_9f2c"  # noqa: S105 - a published test vector, not a credential
-OLD_SECRET = "whsec_old_41aa"  # noqa: S105 - a published test vector, not a credential
+NEW_SECRET = "whsec_new_9f2c"
+OLD_SECRET = "whsec_old_41aa"
 TIMESTAMP = 1782734400  # 2026-06-29T12:00:00Z
 BODY = b'{"eventId":"evt_01JZ8Q4M3V6T2K9P0R7S5W1X3Y","event":"room.claimed"}'
 # Pinned once from the standard library; a change here breaks every partner's verifier.
