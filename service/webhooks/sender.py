@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import aiohttp
 from yarl import URL
@@ -41,8 +42,9 @@ _EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
 TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(NamedTuple):
+    """What one attempt met: an answer (status, excerpt, Retry-After) or an error class."""
+
     started_at: datetime
     duration_ms: int
     status_code: int | None = None  # None when no HTTP answer came
@@ -151,10 +153,6 @@ class Sender:
             raise RuntimeError("the sender is not open")
         started_at = self._clock()
         began = time.perf_counter()
-
-        def elapsed() -> int:
-            return round((time.perf_counter() - began) * 1000)
-
         headers = signature_headers(
             event=event,
             delivery_id=delivery_id,
@@ -169,18 +167,24 @@ class Sender:
                 target, data=body, headers=headers, allow_redirects=False
             ) as response:
                 status = response.status
-                retry_after = parse_retry_after(response.headers.get("Retry-After"), self._clock())
+                header = response.headers.get("Retry-After")
+                # The clock is read only when there is a header to read it against.
+                retry_after = parse_retry_after(header, self._clock()) if header is not None else None
                 excerpt = await _excerpt(response)
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
-            return Attempt(started_at, elapsed(), error_class=error_class(error))
+            return Attempt(started_at, _ms_since(began), error_class=error_class(error))
         return Attempt(
             started_at,
-            elapsed(),
+            _ms_since(began),
             status_code=status,
             error_class=_status_error(status),
             response_excerpt=excerpt,
             retry_after=retry_after,
         )
+
+
+def _ms_since(began: float) -> int:
+    return round((time.perf_counter() - began) * 1000)
 
 
 async def _excerpt(response: aiohttp.ClientResponse) -> str | None:

@@ -72,19 +72,30 @@ class StaleTimestamp(SignatureError):
 # Signers are built once per secret (or list of secrets) and reused: building one costs more than
 # the HMAC it computes, and the worker signs every attempt with the same few partner secrets. A
 # Signer holds nothing but its keys and settings, so sharing one is safe.
-_SIGNERS_CACHED = 1024  # live secrets at a time: two per partner at most during a rotation
+_SIGNERS_CACHED = 1024  # secret lists at a time: a partner has one, or two during a rotation
 
 
-@functools.lru_cache(maxsize=_SIGNERS_CACHED)
-def _cached_signer(secrets: tuple[str, ...]) -> Signer:
-    return Signer(list(secrets), key_derivation="none", digest_method=hashlib.sha256)
-
-
-def _signer(secrets: Sequence[str]) -> Signer:
+def _checked(secrets: tuple[str, ...]) -> tuple[str, ...]:
     # An empty list would verify nothing and an empty secret would sign with a public key.
     if not secrets or not all(secrets):
         raise ValueError("signing needs at least one secret, and no empty ones")
-    return _cached_signer(tuple(secrets))
+    return secrets
+
+
+def _new_signer(secrets: Sequence[str]) -> Signer:
+    return Signer(list(secrets), key_derivation="none", digest_method=hashlib.sha256)
+
+
+@functools.lru_cache(maxsize=_SIGNERS_CACHED)
+def _signers(secrets: tuple[str, ...]) -> tuple[Signer, ...]:
+    """One signer per secret, in order: Signer.get_signature always uses its newest key."""
+    return tuple(_new_signer((secret,)) for secret in _checked(secrets))
+
+
+@functools.lru_cache(maxsize=_SIGNERS_CACHED)
+def _verifier(secrets: tuple[str, ...]) -> Signer:
+    """One signer holding every secret: verify_signature tries each of its keys."""
+    return _new_signer(_checked(secrets))
 
 
 def _signed_payload(timestamp: int | str, body: bytes) -> bytes:
@@ -93,11 +104,9 @@ def _signed_payload(timestamp: int | str, body: bytes) -> bytes:
 
 def sign(body: bytes, secrets: Sequence[str], timestamp: int) -> str:
     """The ``x-service-signature`` value: ``v1=<sig>`` per secret, in the order given (newest first)."""
-    # Signer.get_signature always uses its newest key, so each secret gets a signer of its own
-    # (and _signer refuses an empty secret before anything is signed).
-    signers = [_signer((secret,)) for secret in secrets] if secrets else [_signer(secrets)]
+    signers = _signers(tuple(secrets))  # refuses an empty list or secret before anything is signed
     payload = _signed_payload(timestamp, body)
-    return ",".join(f"{SCHEME}={signer.get_signature(payload).decode('ascii')}" for signer in signers)
+    return ",".join([f"{SCHEME}={signer.get_signature(payload).decode('ascii')}" for signer in signers])
 
 
 def signature_headers(
@@ -138,7 +147,7 @@ def verify(
     if not _TIMESTAMP.fullmatch(raw_timestamp):
         raise MalformedHeader(TIMESTAMP_HEADER)
 
-    signer = _signer([secrets] if isinstance(secrets, str) else secrets)
+    signer = _verifier((secrets,) if isinstance(secrets, str) else tuple(secrets))
     payload = _signed_payload(raw_timestamp, body)
     candidates = [
         value
