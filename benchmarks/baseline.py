@@ -4,8 +4,8 @@
 ``POST /constant`` with the same N bytes, with nothing else registered: no middleware, no error
 handler of ours, no access log. It starts the way ``python -m service serve --workers N`` does
 (an ``AppLoader``; one worker: ``Sanic.serve_single``, one process; more: ``Sanic.serve``, a
-manager and N workers), so whatever a service route costs beyond this is the cost of the route
-itself, not of a different process model.
+manager and N workers; the collector tuned as ``serve`` tunes it), so whatever a service route
+costs beyond this is the cost of the route itself, not of a different process model.
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ from typing import Any
 from sanic import HTTPResponse, Request, Sanic
 from sanic.config import Config
 from sanic.worker.loader import AppLoader
+
+from service import collector
 
 DEFAULT_SIZE = 13  # len(b"Hello, world!"), the usual hello-world body
 
@@ -32,6 +34,8 @@ def create_app(size: int = DEFAULT_SIZE, name: str = "baseline") -> Sanic[Any, A
     async def constant(request: Request) -> HTTPResponse:
         return HTTPResponse(body, content_type="text/plain; charset=utf-8")
 
+    # The same process settings as `serve` gives the service, so only the routes differ.
+    app.after_server_start(lambda app: collector.tune())
     return app
 
 
@@ -45,9 +49,7 @@ def main() -> None:
     loader = AppLoader(factory=partial(create_app, args.size))
     app = loader.load()
     single = args.workers == 1
-    app.prepare(
-        host=args.host, port=args.port, access_log=False, workers=args.workers, single_process=single
-    )
+    app.prepare(host=args.host, port=args.port, access_log=False, workers=args.workers, single_process=single)
     if single:
         Sanic.serve_single(primary=app)
     else:

@@ -17,7 +17,7 @@ from sanic import Sanic
 from sanic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import admin, cors, health, logs, waitlist
+from service import admin, collector, cors, health, logs, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
@@ -61,11 +61,13 @@ def create_app(
     clock: Clock = utc_now,
     run_worker: bool = False,
     structured_logs: bool = False,
+    tune_collector: bool = False,
 ) -> App:
     """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it).
 
-    ``structured_logs`` routes every log line through the JSON formatter (``serve`` sets it; tests
-    keep pytest's own capture).
+    ``structured_logs`` routes every log line through the JSON formatter, and ``tune_collector``
+    sets the garbage collector for a long-running server once it has started (``service.collector``);
+    ``serve`` sets both, tests neither (pytest's own log capture, the interpreter's defaults).
     """
     if structured_logs:
         logs.configure()
@@ -109,6 +111,12 @@ def create_app(
         ctx: Context = app.ctx
         await ctx.registrations.close()
         await ctx.engine.dispose()
+
+    if tune_collector:
+
+        @app.after_server_start
+        async def settle_collector(app: App) -> None:
+            collector.tune()
 
     # After open_resources, so its listeners find the engine open (and close before it is disposed).
     webhooks.install(app)

@@ -38,7 +38,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     migrate(settings.database_url)
     factory = partial(
-        create_app, settings, name="service", run_worker=not args.no_worker, structured_logs=True
+        create_app,
+        settings,
+        name="service",
+        run_worker=not args.no_worker,
+        structured_logs=True,
+        tune_collector=True,
     )
     loader = AppLoader(factory=factory)
     app = loader.load()
@@ -98,9 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1, help="server processes")
-    serve.add_argument(
-        "--no-worker", action="store_true", help="do not deliver webhooks from this server"
-    )
+    serve.add_argument("--no-worker", action="store_true", help="do not deliver webhooks from this server")
     serve.set_defaults(run=cmd_serve)
 
     commands.add_parser("migrate", help="bring the database to the latest schema").set_defaults(

@@ -187,6 +187,7 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _work(settings: Settings, concurrency: int) -> None:
+    from service import collector
     from service.db.engine import create_engine
     from service.metrics import Metrics
     from service.webhooks.worker import Worker
@@ -201,6 +202,7 @@ async def _work(settings: Settings, concurrency: int) -> None:
     )
     try:
         await worker.start()
+        collector.tune()
         await stop.wait()
         await worker.stop()
     finally:

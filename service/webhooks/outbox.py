@@ -25,7 +25,18 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, bindparam, exists, func, literal_column, null, select, update
+from sqlalchemy import (
+    ARRAY,
+    Integer,
+    String,
+    any_,
+    bindparam,
+    func,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ulid import ULID
@@ -105,11 +116,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     rows = await conn.execute(
         select(partners.c.id, partners.c.events).where(partners.c.status.in_((ACTIVE, PAUSED)))
     )
-    targets = [
-        partner_id
-        for partner_id, kinds in rows
-        if kinds is None or payload.KIND in json.loads(kinds)
-    ]
+    targets = [partner_id for partner_id, kinds in rows if kinds is None or payload.KIND in json.loads(kinds)]
     if targets:
         await conn.execute(
             deliveries.insert(),
@@ -171,8 +178,9 @@ class Job(NamedTuple):
 
 
 # Hot statements are built once, at import, each with one shape (no lists of ids whose length
-# changes the SQL): SQLAlchemy then compiles each once per dialect, SQLite's statement cache and
-# asyncpg's prepared statements are reused, and no execution pays for building SQL. The status
+# changes the SQL, but for SQLite's settle, below): SQLAlchemy then compiles each once per dialect,
+# SQLite's statement cache and asyncpg's prepared statements are reused, and no execution pays for
+# building SQL. The status
 # test is literal SQL, identical to the partial index's, so both databases can prove the index
 # applies (a bound parameter would hide that from the planner).
 _CLAIMABLE = deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE_STATUSES])
@@ -282,33 +290,36 @@ class AttemptRecord(NamedTuple):
 _LOG_ATTEMPTS = delivery_attempts.insert()
 _STATUS_AFTER = {"delivered": DELIVERED, "retry": PENDING, "paused": PENDING, "failed": FAILED}
 
-# Delivered attempts, the common case, are settled whole claims at a time, with no per-row
-# parameters: the rows of the batch's claims (found as in _CLAIMED_JOBS; a batch spans a claim or
-# two) whose current attempt the log, written just before in the same transaction, records as
-# delivered. Every row a claim took has that claim's lease end and token, so the two short lists
-# cannot pair one claim's time with another's token. A row another worker has claimed since
-# carries another token and is left alone; one still in flight has no such log row yet.
-_SETTLE_DELIVERED = (
-    update(deliveries)
-    .where(
-        _CLAIMABLE,
-        deliveries.c.next_attempt_at.in_(bindparam("b_untils", expanding=True, type_=UTCDateTime())),
-        deliveries.c.claim_token.in_(bindparam("b_tokens", expanding=True)),
-        exists().where(
-            delivery_attempts.c.delivery_id == deliveries.c.id,
-            delivery_attempts.c.attempt == deliveries.c.attempts,
-            delivery_attempts.c.outcome == literal_column("'delivered'"),
-        ),
+
+# Delivered attempts, the common case, are settled in one statement per batch, found by primary
+# key: a plan no database can get wrong, whatever its statistics say (a fresh table has none, and
+# a prepared statement's generic plan outlives them). A row another worker has claimed since
+# carries another token and is left alone. PostgreSQL takes the keys as one array (one statement,
+# one prepared plan); SQLite, which has no arrays, as an expanding IN list.
+def _settle_delivered_statement(postgres: bool) -> Any:
+    if postgres:
+        ids = deliveries.c.id == any_(bindparam("b_ids", type_=ARRAY(String())))
+        tokens = deliveries.c.claim_token == any_(bindparam("b_tokens", type_=ARRAY(String())))
+    else:
+        ids = deliveries.c.id.in_(bindparam("b_ids", expanding=True))
+        tokens = deliveries.c.claim_token.in_(bindparam("b_tokens", expanding=True))
+    return (
+        update(deliveries)
+        .where(ids, tokens, deliveries.c.status == literal_column(f"'{DELIVERING}'"))
+        .values(
+            status=literal_column(f"'{DELIVERED}'"),
+            next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
+            delivered_at=bindparam("b_at", type_=UTCDateTime()),
+            claimed_until=null(),
+            claim_token=null(),
+            updated_at=bindparam("b_at", type_=UTCDateTime()),
+        )
     )
-    .values(
-        status=literal_column(f"'{DELIVERED}'"),
-        next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
-        delivered_at=bindparam("b_at", type_=UTCDateTime()),
-        claimed_until=null(),
-        claim_token=null(),
-        updated_at=bindparam("b_at", type_=UTCDateTime()),
-    )
-)
+
+
+_SETTLE_DELIVERED = {
+    name: _settle_delivered_statement(name == "postgresql") for name in ("sqlite", "postgresql")
+}
 _settle = (
     update(deliveries)
     .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
@@ -348,12 +359,11 @@ async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord
     )
     delivered = [record for record in records if record.outcome == "delivered"]
     if delivered:
-        claims = {record.job.claim_token: record.job.claimed_until for record in delivered}
         await conn.execute(
-            _SETTLE_DELIVERED,
+            _SETTLE_DELIVERED[conn.dialect.name],
             {
-                "b_tokens": list(claims),
-                "b_untils": list(set(claims.values())),
+                "b_ids": [record.job.delivery_id for record in delivered],
+                "b_tokens": list({record.job.claim_token for record in delivered}),
                 # The batch's last finish: within LOG_DELAY of each attempt's own.
                 "b_at": max(record.finished_at for record in delivered),
             },
@@ -477,9 +487,7 @@ def attempt_view(attempt: Mapping[str, Any]) -> dict[str, Any]:
 
 async def queue_depth(conn: AsyncConnection) -> dict[str, int]:
     """Deliveries per state, every state present (0 when none)."""
-    rows = await conn.execute(
-        select(deliveries.c.status, func.count()).group_by(deliveries.c.status)
-    )
+    rows = await conn.execute(select(deliveries.c.status, func.count()).group_by(deliveries.c.status))
     depth = dict.fromkeys(STATUSES, 0)
     depth.update({status: int(count) for status, count in rows})
     return depth
