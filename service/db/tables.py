@@ -99,6 +99,7 @@ events = Table(
     Column("occurred_at", UTCDateTime(), nullable=False),
     Column("created_at", UTCDateTime(), nullable=False),
 )
+Index("ix_events_created_at", events.c.created_at)  # the sitemap's newest-first room scan
 
 deliveries = Table(
     "deliveries",
