@@ -58,7 +58,10 @@ async def upsert_registrations(conn: AsyncConnection, entries: Sequence[Registra
             "created_at": entry.at,
             "updated_at": entry.at,
         }
-        for entry in _merge(entries)
+        # In key order: two processes upserting overlapping batches then take the rows' locks in
+        # the same order, and one waits for the other instead of both deadlocking (PostgreSQL
+        # found such deadlocks under two server processes registering the same addresses).
+        for entry in sorted(_merge(entries), key=lambda entry: (entry.email_key, entry.intent))
     ]
     if not rows:
         return
