@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from collections import Counter
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -223,3 +225,41 @@ def test_a_stopping_worker_hands_back_what_it_had_not_started(make_client: Any) 
         assert all(d["attempts"] == [] for d in found if d["status"] == "pending")
         assert drain(client) == 4
         assert all(d["attempts"][-1]["attempt"] == 1 for d in deliveries(client))
+
+
+def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
+    database_url: str, clock: Any
+) -> None:
+    """With polling all but off, only the publisher's NOTIFY can bring the worker to its delivery."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; on SQLite the worker polls")
+    config = Settings(database_url=database_url, **settings())
+
+    async def scenario(receiver: Receiver) -> None:
+        publisher, engine = create_engine(database_url), create_engine(database_url)
+        worker = Worker(engine, settings=config, clock=clock, poll_interval=3600)
+        try:
+            async with publisher.begin() as conn:
+                new = partners.NewPartner(name="elsewhere", url=receiver.url(), events=None)
+                partner = await partners.create_partner(conn, new, now=clock())
+            await worker.start()
+            await asyncio.wait_for(worker.listener.listening.wait(), timeout=10)
+            for index in range(3):  # no wake= here: this engine stands for another process
+                await outbox.publish_event(publisher, room_claimed(f"far-{index}"), now=clock())
+                arrived = partial(lambda count, requests: len(requests) > count, index)
+                assert await asyncio.to_thread(receiver.wait_for, arrived, 10)
+            async with publisher.begin() as conn:  # a resume, too, reaches the other process
+                await partners.set_status(conn, partner.id, "paused", now=clock())
+            await outbox.publish_event(publisher, room_claimed("held"), now=clock())
+            async with publisher.begin() as conn:
+                await partners.set_status(conn, partner.id, "active", now=clock())
+            assert await asyncio.to_thread(receiver.wait_for, lambda r: len(r) == 4, 10)
+        finally:
+            await worker.stop()
+            await engine.dispose()
+            await publisher.dispose()
+
+    with Receiver() as receiver:
+        asyncio.run(scenario(receiver))
+        slugs = [json.loads(request.body)["slug"] for request in receiver.requests]
+        assert slugs == ["far-0", "far-1", "far-2", "held"]

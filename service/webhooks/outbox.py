@@ -44,6 +44,7 @@ from ulid import ULID
 from service.db.tables import CLAIMABLE_STATUSES, UTCDateTime, deliveries, delivery_attempts, events, partners
 from service.errors import Conflict, FieldError
 from service.events import EventPayload, dedupe_key, dump_payload, format_timestamp, parse_event
+from service.webhooks.notify import notify
 from service.webhooks.partners import ACTIVE, PAUSED, live_secrets, pause_many
 
 PENDING = "pending"
@@ -134,6 +135,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
                 for partner_id in targets
             ],
         )
+        await notify(conn)
     return Published(event_id=payload.eventId, deliveries=len(targets), duplicate=False)
 
 
@@ -405,6 +407,7 @@ async def release_claims(conn: AsyncConnection, jobs: Sequence[Job], *, now: dat
         ),
         [{"b_id": job.delivery_id, "b_token": job.claim_token} for job in jobs],
     )
+    await notify(conn)  # another worker may take them now
 
 
 # --- reading ----------------------------------------------------------------------------------

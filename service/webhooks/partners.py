@@ -24,6 +24,7 @@ from ulid import ULID
 from service.db.tables import deliveries, partners
 from service.errors import BadRequest, FieldError
 from service.events import EVENT_MODELS, format_timestamp
+from service.webhooks.notify import notify
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
 
 ACTIVE = "active"
@@ -214,11 +215,13 @@ async def set_status(
     conn: AsyncConnection, partner_id: str, status: str, *, now: datetime
 ) -> Partner | None:
     """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
-    await conn.execute(
+    changed = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != status)
         .values(status=status, updated_at=now)
     )
+    if changed.rowcount and status == ACTIVE:
+        await notify(conn)  # its waiting deliveries are claimable again
     return await get_partner(conn, partner_id)
 
 
@@ -256,6 +259,8 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
         .where(deliveries.c.partner_id == partner_id, deliveries.c.status == "failed")
         .values(status="pending", next_attempt_at=now, updated_at=now)
     )
+    if result.rowcount:
+        await notify(conn)
     return int(result.rowcount)
 
 

@@ -7,10 +7,11 @@ with more claimed and waiting so a freed sender never waits for the database.
 
 The continuous loop (``run``) is the only part that touches the database, one transaction per
 turn: it logs and settles every attempt finished since the last turn and claims what the free
-slots need, together. Under load one commit carries dozens of attempts; an idle worker turns as
+slots need, together. Under load one commit carries hundreds of attempts; an idle worker turns as
 soon as something happens. It wakes when this process publishes (an ``asyncio.Event`` the publisher
-sets), when finished attempts or free senders add up to a batch (or the worker falls idle), and
-every ``poll_interval`` seconds for due retries and other processes' publishes. An attempt
+sets), when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), when finished
+attempts or free senders add up to a batch (or the worker falls idle), and every
+``poll_interval`` seconds for due retries (and, on SQLite, other processes' publishes). An attempt
 counts (``settled``, metrics) only once its log row is committed.
 
 Tests drive it without a background task: ``run_once()`` claims one batch, sends it and settles
@@ -32,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.metrics import Metrics
 from service.settings import Settings
 from service.webhooks import outbox
+from service.webhooks.notify import Listener
 from service.webhooks.outbox import AttemptRecord, Job
 from service.webhooks.retry import Outcome, RetryPolicy, Verdict
 from service.webhooks.sender import Attempt, Sender
@@ -126,6 +128,7 @@ class Worker:
             resolve=resolve,
             limit=concurrency,
         )
+        self.listener = Listener(engine, self.wake)
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -163,9 +166,11 @@ class Worker:
         await self.close()
 
     async def start(self) -> None:
-        """Open, then deliver in the background until ``stop``."""
+        """Open, then deliver in the background until ``stop``; on PostgreSQL, also listen for
+        deliveries other processes make due (``service.webhooks.notify``)."""
         await self.open()
         self._task = asyncio.get_running_loop().create_task(self.run(), name="webhook-worker")
+        await self.listener.start()
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop claiming, let attempts in flight finish (up to ``grace`` s), log them, close.
@@ -175,6 +180,7 @@ class Worker:
         are then sent again (at least once).
         """
         self._stopping = True
+        await self.listener.stop()
         self._nudge()
         if self._task is not None:
             await self._task
