@@ -23,7 +23,7 @@ migrate: $(STAMP)
 	$(BIN)/python -m service migrate
 
 test: $(STAMP)  ## the whole suite: pytest over tests/, strict nbval over notebooks/
-	$(BIN)/python -m pytest tests notebooks --nbval --nbval-sanitize-with notebooks/sanitize.cfg \
+	$(BIN)/python -m pytest tests notebooks --nbval \
 		--nbval-kernel-name python3 -p no:cacheprovider
 
 lab: $(STAMP)  ## JupyterLab on the notebooks, with the project's environment

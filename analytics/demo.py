@@ -51,6 +51,7 @@ from ulid import ULID
 
 from analytics.live import Clock, Received, Receiver, Reply, Service, serve
 from analytics.load import Source
+from service.ids import SeededIds
 from service.settings import Settings
 from service.webhooks import signing
 from service.webhooks.worker import Worker
@@ -682,7 +683,8 @@ async def generate(
         receivers = {name: Receiver(clock, endpoint) for name, endpoint in endpoints.items()}
         for receiver in receivers.values():
             await stack.enter_async_context(receiver)
-        service = await stack.enter_async_context(serve(demo_settings(f"sqlite:///{path}"), clock))
+        ids = SeededIds(clock, f"{seed}/ids")
+        service = await stack.enter_async_context(serve(demo_settings(f"sqlite:///{path}"), clock, ids))
         worker = await stack.enter_async_context(service.worker(random.Random(f"{seed}/jitter")))
         driver = Driver(service, clock, worker, endpoints)
         driver.receivers = receivers

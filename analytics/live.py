@@ -27,6 +27,7 @@ from sanic import Sanic
 
 from service.app import create_app
 from service.db.engine import migrate_async
+from service.ids import IdSource, SeededIds, new_id
 from service.settings import Settings
 from service.webhooks import runtime
 from service.webhooks.worker import Worker
@@ -105,11 +106,14 @@ def _listening_socket() -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def serve(settings: Settings, clock: Clock) -> AsyncIterator[Service]:
-    """Migrate ``settings.database_url``, then serve the app on loopback until the block ends."""
+async def serve(settings: Settings, clock: Clock, ids: IdSource = new_id) -> AsyncIterator[Service]:
+    """Migrate ``settings.database_url``, then serve the app on loopback until the block ends.
+
+    ``ids`` makes the partner ids (``SeededIds`` where what is made must be the same every run).
+    """
     await migrate_async(settings.database_url)
     # The delivery worker is not started in the background: callers drive it (Service.worker).
-    app = create_app(settings, clock=clock, run_worker=False)
+    app = create_app(settings, clock=clock, run_worker=False, ids=ids)
     sock = _listening_socket()
     port = sock.getsockname()[1]
     # Sanic's AsyncioServer leaves its lifecycle methods untyped.
@@ -221,6 +225,7 @@ class Receiver:
 CAPTURE_START = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 # Not a credential: it guards only the capture's own server, on loopback, while it runs.
 CAPTURE_ADMIN_TOKEN = "capture-admin-token"  # noqa: S105
+CAPTURE_SEED = "capture"  # the partner id the signature notebook shows
 ROTATION_GAP = timedelta(minutes=5)  # between the first delivery and the rotation
 
 
@@ -245,7 +250,8 @@ async def _capture(database_url: str, events: tuple[Mapping[str, Any], Mapping[s
         admin_token=CAPTURE_ADMIN_TOKEN,
         webhook_allow_private_urls=True,  # the partner is on loopback
     )
-    async with Receiver(clock) as receiver, serve(settings, clock) as service:
+    ids = SeededIds(clock, CAPTURE_SEED)
+    async with Receiver(clock) as receiver, serve(settings, clock, ids) as service:
         onboarded = await service.request(
             "POST", "/admin/partners", json={"name": "Example partner", "url": receiver.url}, admin=True
         )

@@ -25,6 +25,7 @@ from service.db.registrations import Registration, upsert_registrations
 from service.discovery import routes as discovery_routes
 from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
+from service.ids import IdSource, new_id
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.settings import Settings
@@ -46,6 +47,7 @@ class Context:
     settings: Settings
     clock: Clock
     run_worker: bool = False
+    ids: IdSource = new_id  # for the ids the admin API makes (partners)
     metrics: Metrics = field(default_factory=Metrics)
     engine: AsyncEngine = field(init=False)
     limiter: RateLimiter = field(init=False)
@@ -62,12 +64,14 @@ def create_app(
     run_worker: bool = False,
     structured_logs: bool = False,
     tune_collector: bool = False,
+    ids: IdSource = new_id,
 ) -> App:
     """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it).
 
     ``structured_logs`` routes every log line through the JSON formatter, and ``tune_collector``
     sets the garbage collector for a long-running server once it has started (``service.collector``);
     ``serve`` sets both, tests neither (pytest's own log capture, the interpreter's defaults).
+    ``ids`` makes the partner ids the admin API hands out (``SeededIds`` for reproducible demo data).
     """
     if structured_logs:
         logs.configure()
@@ -81,7 +85,7 @@ def create_app(
     app: App = Sanic(
         name or f"service_{os.getpid()}_{next(_names)}",
         config=config,
-        ctx=Context(settings=settings, clock=clock, run_worker=run_worker),
+        ctx=Context(settings=settings, clock=clock, run_worker=run_worker, ids=ids),
         error_handler=JSONErrorHandler(),
         configure_logging=not structured_logs,
     )

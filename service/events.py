@@ -37,9 +37,9 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
-from ulid import ULID
 
 from service.errors import BadRequest, FieldError
+from service.ids import new_id
 from service.wire import omit_nulls
 
 # --- member types -----------------------------------------------------------------------------
@@ -423,7 +423,7 @@ EVENT_MODELS: dict[str, type[EventPayload]] = {
 
 def new_event_id() -> str:
     """``evt_`` + a ULID: unique, and sortable by creation time."""
-    return f"evt_{ULID()}"
+    return new_id("evt")
 
 
 def parse_event(data: object, *, now: datetime, new_id: Callable[[], str] = new_event_id) -> EventPayload:

@@ -73,7 +73,9 @@ def create_blueprint() -> Blueprint:
             resolve=runtime.resolver(request.app),
         )
         async with ctx.engine.begin() as conn:
-            partner = await partners.create_partner(conn, new, now=ctx.clock())
+            partner = await partners.create_partner(
+                conn, new, now=ctx.clock(), partner_id=ctx.ids(partners.PARTNER_PREFIX)
+            )
         return json_response({**partner.public(), "secret": partner.secret}, status=201)
 
     @bp.get("/partners")
@@ -149,9 +151,7 @@ def create_blueprint() -> Blueprint:
         discovery = getattr(ctx, "discovery", None)
         if discovery is not None and not published.duplicate:
             discovery.rooms_changed()  # sitemap.xml lists the rooms events name
-        return json_response(
-            {"eventId": published.event_id, "deliveries": published.deliveries}, status=202
-        )
+        return json_response({"eventId": published.event_id, "deliveries": published.deliveries}, status=202)
 
     @bp.get("/deliveries")
     async def list_deliveries(request: Request) -> HTTPResponse:

@@ -44,6 +44,7 @@ from ulid import ULID
 from service.db.tables import CLAIMABLE_STATUSES, UTCDateTime, deliveries, delivery_attempts, events, partners
 from service.errors import Conflict, FieldError
 from service.events import EventPayload, dedupe_key, dump_payload, format_timestamp, parse_event
+from service.ids import new_id
 from service.webhooks.notify import notify
 from service.webhooks.partners import ACTIVE, PAUSED, live_secrets, pause_many
 
@@ -58,7 +59,7 @@ EXCERPT_CHARS = 256  # response excerpt kept per attempt: enough to read an erro
 
 
 def new_delivery_id() -> str:
-    return f"dlv_{ULID()}"
+    return new_id("dlv")
 
 
 def new_claim_token() -> str:

@@ -19,14 +19,15 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
-from ulid import ULID
 
 from service.db.tables import deliveries, partners
 from service.errors import BadRequest, FieldError
 from service.events import EVENT_MODELS, format_timestamp
+from service.ids import new_id
 from service.webhooks.notify import notify
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
 
+PARTNER_PREFIX = "ptn"
 ACTIVE = "active"
 PAUSED = "paused"
 NAME_MAX_LENGTH = 200  # the partners.name column
@@ -35,7 +36,7 @@ MEMBERS = frozenset({"name", "url", "events"})
 
 
 def new_partner_id() -> str:
-    return f"ptn_{ULID()}"
+    return new_id(PARTNER_PREFIX)
 
 
 def new_secret() -> str:
@@ -173,10 +174,15 @@ async def check_destination(url: str, *, allow_private: bool, resolve: Resolve =
 
 
 async def create_partner(
-    conn: AsyncConnection, new: NewPartner, *, now: datetime, secret: str | None = None
+    conn: AsyncConnection,
+    new: NewPartner,
+    *,
+    now: datetime,
+    secret: str | None = None,
+    partner_id: str | None = None,
 ) -> Partner:
     partner = Partner(
-        id=new_partner_id(),
+        id=partner_id or new_partner_id(),
         name=new.name,
         url=new.url,
         events=new.events,
@@ -211,9 +217,7 @@ async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
     return _partner(row) if row is not None else None
 
 
-async def set_status(
-    conn: AsyncConnection, partner_id: str, status: str, *, now: datetime
-) -> Partner | None:
+async def set_status(conn: AsyncConnection, partner_id: str, status: str, *, now: datetime) -> Partner | None:
     """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
     changed = await conn.execute(
         update(partners)
