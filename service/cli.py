@@ -30,12 +30,26 @@ def neutralise(cell: Any) -> Any:
     return cell
 
 
+def serve_warnings(settings: Settings, workers: int) -> list[str]:
+    """What an operator should know before ``serve`` starts with these settings."""
+    warnings = []
+    if workers > 1 and settings.rate_limit_storage.startswith("memory://"):
+        warnings.append(
+            f"each of the {workers} server processes keeps its own rate-limit counters "
+            f"(SERVICE_RATE_LIMIT_STORAGE=memory://), so a client may make up to {workers} times "
+            "SERVICE_WAITLIST_RATE_LIMIT; set SERVICE_RATE_LIMIT_STORAGE=redis://HOST:PORT to share them"
+        )
+    return warnings
+
+
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
     from service.app import create_app
 
+    for warning in serve_warnings(settings, args.workers):
+        print(f"warning: {warning}", file=sys.stderr)
     migrate(settings.database_url)
     factory = partial(
         create_app,
