@@ -11,7 +11,7 @@ from functools import partial
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
 
 from service.db.engine import create_engine
@@ -19,6 +19,7 @@ from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
 from service.settings import Settings
 from service.webhooks import outbox, partners, runtime
+from service.webhooks.notify import Listener, notify
 from service.webhooks.worker import Worker, lease_for
 
 UPGRADED = {
@@ -263,3 +264,37 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
         asyncio.run(scenario(receiver))
         slugs = [json.loads(request.body)["slug"] for request in receiver.requests]
         assert slugs == ["far-0", "far-1", "far-2", "held"]
+
+
+def test_a_lost_listening_connection_is_replaced(database_url: str, clock: Any) -> None:
+    """PostgreSQL ends the listener's session (a restart, an idle-session killer): it listens again."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; on SQLite the worker polls")
+
+    async def scenario() -> None:
+        engine = create_engine(database_url)
+        wake = asyncio.Event()
+        listener = Listener(engine, wake, retry_seconds=0.05)
+        try:
+            await listener.start()
+            await asyncio.wait_for(listener.listening.wait(), timeout=10)
+            async with engine.begin() as conn:
+                ended = await conn.scalar(text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                ))  # fmt: skip
+            assert ended == 1
+            for _ in range(1000):  # until the loss is seen (bounded: 10 s)
+                if not listener.listening.is_set():
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.wait_for(listener.listening.wait(), timeout=10)
+            wake.clear()
+            async with engine.begin() as conn:
+                await notify(conn)
+            await asyncio.wait_for(wake.wait(), timeout=10)
+        finally:
+            await listener.stop()
+            await engine.dispose()
+
+    asyncio.run(scenario())

@@ -35,13 +35,16 @@ class Listener:
     """Sets ``wake`` on every notification, over one connection of ``engine``'s pool.
 
     The connection is held while listening. When it is lost, listening resumes on a new one after
-    ``RETRY_SECONDS``, and ``wake`` is set on every (re)start, so what was published meanwhile is
+    ``retry_seconds``, and ``wake`` is set on every (re)start, so what was published meanwhile is
     claimed at once. A listener on any other database does nothing.
     """
 
-    def __init__(self, engine: AsyncEngine, wake: asyncio.Event) -> None:
+    def __init__(
+        self, engine: AsyncEngine, wake: asyncio.Event, *, retry_seconds: float = RETRY_SECONDS
+    ) -> None:
         self._engine = engine
         self._wake = wake
+        self._retry_seconds = retry_seconds
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while a connection listens (for tests, health)
 
@@ -65,7 +68,7 @@ class Listener:
                 await self._listen_once()
             except Exception:
                 log.warning("listening for due deliveries failed; polling until it resumes", exc_info=True)
-            await asyncio.sleep(RETRY_SECONDS)
+            await asyncio.sleep(self._retry_seconds)
 
     async def _listen_once(self) -> None:
         async with self._engine.connect() as conn:
