@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import csv
 import json
+import logging
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -46,10 +47,12 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
     from sanic.worker.loader import AppLoader
 
+    from service import logs
     from service.app import create_app
 
+    logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers):
-        print(f"warning: {warning}", file=sys.stderr)
+        logging.getLogger(__name__).warning(warning)
     migrate(settings.database_url)
     factory = partial(
         create_app,
