@@ -21,7 +21,8 @@ from service import admin, collector, cors, health, logs, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
-from service.db.registrations import Registration, upsert_registrations
+from service.db.registrations import Registration
+from service.db.writer import RegistrationWriter, registration_writer
 from service.discovery import routes as discovery_routes
 from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
@@ -51,7 +52,8 @@ class Context:
     metrics: Metrics = field(default_factory=Metrics)
     engine: AsyncEngine = field(init=False)
     limiter: RateLimiter = field(init=False)
-    registrations: BatchWriter[Registration] = field(init=False)
+    writer: RegistrationWriter = field(init=False)  # one driver call per batch
+    registrations: BatchWriter[Registration] = field(init=False)  # the group commit in front of it
     discovery: Discovery = field(init=False)  # rendered documents; rooms_changed() after a publish
     extras: dict[str, Any] = field(default_factory=dict)
 
@@ -103,17 +105,15 @@ def create_app(
         ctx.engine = create_engine(settings.database_url)
         ctx.limiter = RateLimiter(settings)
 
-        async def flush(entries: list[Registration]) -> None:
-            async with ctx.engine.begin() as conn:
-                await upsert_registrations(conn, entries)
-
-        ctx.registrations = BatchWriter(flush)
+        ctx.writer = registration_writer(ctx.engine)
+        ctx.registrations = BatchWriter(ctx.writer.write)
         ctx.registrations.start()
 
     @app.after_server_stop
     async def close_resources(app: App) -> None:
         ctx: Context = app.ctx
         await ctx.registrations.close()
+        await ctx.writer.close()
         await ctx.engine.dispose()
 
     if tune_collector:

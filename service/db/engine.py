@@ -37,7 +37,7 @@ def is_sqlite(database_url: str) -> bool:
     return make_url(database_url).get_backend_name() == "sqlite"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+def sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     # NORMAL in WAL mode: a committed transaction survives the process being killed (the WAL is in
@@ -54,7 +54,7 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         if url.database and url.database != ":memory:":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_async_engine(url, **options)
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
     options.setdefault("pool_size", 10)
     options.setdefault("max_overflow", 10)

@@ -46,28 +46,14 @@ def _merge(entries: Sequence[Registration]) -> list[Registration]:
     return list(merged.values())
 
 
-async def upsert_registrations(conn: AsyncConnection, entries: Sequence[Registration]) -> None:
-    """Store each (email, intent) once; a repeat updates project and message only where it has them."""
-    rows = [
-        {
-            "email": entry.email,
-            "email_key": entry.email_key,
-            "intent": entry.intent,
-            "project": entry.project,
-            "message": entry.message,
-            "created_at": entry.at,
-            "updated_at": entry.at,
-        }
-        # In key order: two processes upserting overlapping batches then take the rows' locks in
-        # the same order, and one waits for the other instead of both deadlocking (PostgreSQL
-        # found such deadlocks under two server processes registering the same addresses).
-        for entry in sorted(_merge(entries), key=lambda entry: (entry.email_key, entry.intent))
-    ]
-    if not rows:
-        return
-    # One statement with a list of parameters: compiled once and cached, whatever the batch size,
-    # and sent as a multi-row batch by both drivers (executemany / insertmanyvalues).
-    await conn.execute(_UPSERT[conn.dialect.name], rows)
+def batch_order(entries: Sequence[Registration]) -> list[Registration]:
+    """A batch as it is written: repeats merged, then in key order.
+
+    In key order, two processes upserting overlapping batches take the rows' locks in the same
+    order, and one waits for the other instead of both deadlocking (PostgreSQL found such deadlocks
+    under two server processes registering the same addresses).
+    """
+    return sorted(_merge(entries), key=lambda entry: (entry.email_key, entry.intent))
 
 
 def _upsert(insert: Any) -> Any:
@@ -82,7 +68,9 @@ def _upsert(insert: Any) -> Any:
     )
 
 
-_UPSERT = {"postgresql": _upsert(postgresql.insert), "sqlite": _upsert(sqlite.insert)}
+# Store each (email, intent) once; a repeat updates project and message only where it has them.
+# Executed by ``service.db.writer``, one batch per driver call.
+UPSERT = {"postgresql": _upsert(postgresql.insert), "sqlite": _upsert(sqlite.insert)}
 
 
 def _entry(row: Any) -> dict[str, Any]:
