@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 from sanic import Blueprint, HTTPResponse, Request
@@ -21,6 +21,7 @@ from sanic.response import raw
 from service.bodies import read_body
 from service.cors import cors_headers
 from service.db.registrations import Registration
+from service.emails import check_email
 from service.errors import BadRequest, FieldError, ServiceUnavailable, TooManyRequests
 from service.wire import omit_nulls
 
@@ -47,7 +48,7 @@ def _clean_text(value: str) -> str:
 def _email(value: str) -> str:
     value = _clean_text(value)
     try:
-        validate_email(value, check_deliverability=False)
+        check_email(value)
     except EmailNotValidError:
         raise PydanticCustomError("invalid_email", "This is not a valid email address.") from None
     return value
