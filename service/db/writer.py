@@ -86,15 +86,16 @@ class SQLiteWriter:
         self._connection: PoolProxiedConnection | None = None  # opened and used in the thread only
 
     async def write(self, entries: Sequence[Registration]) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._write, entries)
+        rows = self._upsert.rows(entries)
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._write, rows)
 
-    def _write(self, entries: Sequence[Registration]) -> None:
+    def _write(self, rows: list[tuple[Any, ...]]) -> None:
         if self._connection is None:
             self._connection = self._engine.raw_connection()
         connection = self._connection
         try:
             # sqlite3 opens the transaction at the first INSERT; the commit ends it.
-            connection.cursor().executemany(self._upsert.sql, self._upsert.rows(entries))
+            connection.cursor().executemany(self._upsert.sql, rows)
             connection.commit()
         except BaseException:
             self._disconnect()  # the next batch starts on a fresh connection: nothing half-done carries over
