@@ -48,21 +48,20 @@ class Upsert:
         if tuple(compiled.positiontup or ()) != PARAMETERS:
             raise RuntimeError(f"unexpected parameter order: {compiled.positiontup}")
         self.sql = str(compiled)
-        processors = [
-            registrations.c[name].type.dialect_impl(dialect).bind_processor(dialect) for name in PARAMETERS
-        ]
-        self._processors: list[tuple[int, Callable[[Any], Any]]] = [
-            (index, processor) for index, processor in enumerate(processors) if processor is not None
-        ]
+        processors = {
+            name: registrations.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+            for name in PARAMETERS
+        }
+        # Text goes to both drivers as it is; the two times share one type and, per row, one value.
+        if any(processors[name] for name in PARAMETERS[:5]) or processors["created_at"] is None:
+            raise RuntimeError(f"unexpected bind processors for {dialect.name}: {processors}")
+        self._time: Callable[[Any], Any] = processors["created_at"]
 
     def rows(self, entries: Sequence[Registration]) -> list[tuple[Any, ...]]:
         rows = []
         for entry in batch_order(entries):
-            values = [entry.email, entry.email_key, entry.intent, entry.project, entry.message,
-                      entry.at, entry.at]  # fmt: skip
-            for index, processor in self._processors:
-                values[index] = processor(values[index])
-            rows.append(tuple(values))
+            at = self._time(entry.at)
+            rows.append((entry.email, entry.email_key, entry.intent, entry.project, entry.message, at, at))
         return rows
 
 
