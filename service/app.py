@@ -56,6 +56,7 @@ class Context:
     registrations: BatchWriter[Registration] = field(init=False)  # the group commit in front of it
     discovery: Discovery = field(init=False)  # rendered documents; rooms_changed() after a publish
     extras: dict[str, Any] = field(default_factory=dict)
+    trusts_proxies: bool = False  # Sanic's proxy settings are set: client addresses from headers
 
 
 def create_app(
@@ -91,6 +92,7 @@ def create_app(
         error_handler=JSONErrorHandler(),
         configure_logging=not structured_logs,
     )
+    app.ctx.trusts_proxies = waitlist.trusts_proxies(app.config)
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())

@@ -16,6 +16,7 @@ from email_validator import EmailNotValidError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_core import ErrorDetails, PydanticCustomError
 from sanic import Blueprint, HTTPResponse, Request
+from sanic.config import Config
 from sanic.response import raw
 
 from service.bodies import read_body
@@ -152,10 +153,18 @@ def parse_registration(body: dict[str, Any], now: datetime) -> Registration:
     )
 
 
+def trusts_proxies(config: Config) -> bool:
+    """Whether Sanic is set to read client addresses from proxy headers at all."""
+    return bool(config.PROXIES_COUNT or config.REAL_IP_HEADER or config.FORWARDED_SECRET)
+
+
 def client_address(request: Request) -> str:
     # remote_addr is filled only from the proxy headers Sanic is configured to trust
     # (PROXIES_COUNT, REAL_IP_HEADER, FORWARDED_SECRET); otherwise it is empty and the peer counts.
-    return request.remote_addr or request.ip
+    # With none of them set, the headers are not parsed at all (a few µs a request).
+    if request.app.ctx.trusts_proxies:
+        return request.remote_addr or request.ip
+    return request.ip
 
 
 def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Blueprint:

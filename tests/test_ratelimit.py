@@ -58,6 +58,28 @@ def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_li
     assert statuses == [200, 200, 429]
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "trusted"),
+    [
+        (None, None, False),
+        ("SANIC_PROXIES_COUNT", "1", True),
+        ("SANIC_REAL_IP_HEADER", "x-real-ip", True),
+        ("SANIC_FORWARDED_SECRET", "s3cret", True),
+    ],
+)
+def test_proxy_headers_are_read_only_under_one_of_sanics_proxy_settings(monkeypatch, variable, value, trusted):
+    """Any of Sanic's three proxy settings turns header parsing on; none of them leaves the peer address."""
+    from sanic.config import Config
+
+    from service.waitlist import trusts_proxies
+
+    for name in ("SANIC_PROXIES_COUNT", "SANIC_REAL_IP_HEADER", "SANIC_FORWARDED_SECRET"):
+        monkeypatch.delenv(name, raising=False)
+    if variable:
+        monkeypatch.setenv(variable, value)
+    assert trusts_proxies(Config()) is trusted
+
+
 def test_limit_is_shared_by_two_servers_on_redis(sqlite_url, rate_limit_storage):
     """Two server processes' apps on one Redis enforce one limit per client between them."""
     if rate_limit_storage["rate_limit_storage"].startswith("memory"):
