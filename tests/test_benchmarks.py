@@ -64,3 +64,13 @@ def test_lua_string_escapes_everything_but_plain_ascii() -> None:
     """Quotes, backslashes, control characters and UTF-8 bytes become decimal escapes."""
     assert load.lua_string('a"b\\c\n') == '"a\\034b\\092c\\010"'
     assert load.lua_string("é") == '"\\195\\169"'
+
+
+def test_limiter_benchmark_prints_a_row_per_client_count(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks.ratelimit` measures both storages for each client count it is given."""
+    from benchmarks import ratelimit
+
+    ratelimit.main(["--hits", "300", "--clients", "1", "40", "--rounds", "2"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:4]]
+    assert [row[0] for row in rows] == ["1", "40"]
+    assert all(float(row[1]) > 0 and float(row[2]) > 0 and float(row[3]) > 0 for row in rows)

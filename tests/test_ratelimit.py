@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-import pytest
+import asyncio
+from unittest import mock
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from limits import parse
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+
+from service.ratelimit import RateLimiter, WindowCounters
+from service.settings import Settings
 from tests.conftest import Client
 
 BODY = {"email": "rate@example.com", "intent": "claim"}
@@ -104,3 +113,111 @@ def test_limits_notation_with_several_windows(make_client, notation, allowed):
     with make_client(waitlist_rate_limit=notation) as client:
         statuses = [post(client).status_code for _ in range(allowed + 1)]
     assert statuses == [200] * allowed + [429]
+
+
+# --- memory://: limits' sliding-window counter on WindowCounters --------------------------------
+
+
+class Seconds:
+    """A float clock moved by hand, for the storage's ``clock`` and limits' ``time.time``."""
+
+    def __init__(self, start: float = 1_780_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return self.now
+
+
+WINDOWS = ["3/second", "5/minute", "2/hour"]
+steps = st.lists(
+    st.tuples(
+        st.integers(0, 3),  # client
+        st.sampled_from(range(len(WINDOWS))),  # which limit
+        st.floats(0, 200, allow_nan=False),  # seconds since the previous step
+        st.sampled_from(["hit", "stats", "clear"]),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps)
+def test_window_counters_decide_as_limits_own_memory_storage(script):
+    """Same hits allowed, same window stats, through any sequence of hits, waits and clears."""
+    from limits.aio.storage import memory as limits_memory
+
+    clock = Seconds()
+    items = [parse(notation) for notation in WINDOWS]
+
+    async def play() -> list[tuple[object, ...]]:
+        ours = SlidingWindowCounterRateLimiter(WindowCounters(clock=clock))
+        theirs = SlidingWindowCounterRateLimiter(limits_memory.MemoryStorage())
+        seen = []
+        for client, which, wait, action in script:
+            clock.now += wait
+            item = items[which]
+            for strategy in (ours, theirs):
+                if action == "hit":
+                    seen.append((strategy is ours, await strategy.hit(item, "w", str(client))))
+                elif action == "stats":
+                    stats = await strategy.storage.get_sliding_window(item.key_for("w", str(client)), item.get_expiry())
+                    seen.append((strategy is ours, stats))
+                else:
+                    await strategy.clear(item, "w", str(client))
+        return seen
+
+    with mock.patch.object(limits_memory, "time", clock):
+        seen = asyncio.run(play())
+    assert [outcome for mine, outcome in seen if mine] == [outcome for mine, outcome in seen if not mine]
+
+
+def test_window_counters_forget_clients_once_their_windows_pass():
+    """Counters of 10,000 clients are dropped by the first write after their two windows have passed."""
+    clock = Seconds()
+    storage = WindowCounters(clock=clock)
+    strategy = SlidingWindowCounterRateLimiter(storage)
+    item = parse("5/minute")
+
+    async def play() -> tuple[int, int, int]:
+        for client in range(10_000):
+            assert await strategy.hit(item, "w", f"198.51.{client // 256}.{client % 256}")
+        held = len(storage)
+        clock.now += 119  # inside two windows: every counter may still count
+        await strategy.hit(item, "w", "203.0.113.1")
+        still = len(storage)
+        clock.now += 2  # past two windows of the first 10,000
+        await strategy.hit(item, "w", "203.0.113.2")
+        return held, still, len(storage)
+
+    assert asyncio.run(play()) == (10_000, 10_001, 2)
+
+
+def test_window_counters_cleared_counter_created_again_keeps_its_new_expiry():
+    """A counter cleared and started again lives its own time, not the cleared one's."""
+    clock = Seconds()
+    storage = WindowCounters(clock=clock)
+
+    async def play() -> tuple[int, int, int]:
+        await storage.incr("k", 10)
+        clock.now += 5
+        await storage.clear("k")
+        await storage.incr("k", 10, amount=3)  # expires at +15
+        clock.now += 6  # the first counter's time (+10) has passed
+        await storage.incr("other", 10)  # a write: drops what has expired
+        during = await storage.get("k")
+        clock.now += 5  # +16: past the second counter's time too
+        await storage.incr("other", 10)
+        return during, await storage.get("k"), len(storage)
+
+    assert asyncio.run(play()) == (3, 0, 1)
+
+
+def test_memory_uri_builds_window_counters_and_redis_keeps_limits_storage(rate_limit_storage):
+    from limits.aio.storage import RedisStorage
+
+    limiter = RateLimiter(Settings(**rate_limit_storage))
+    expected = WindowCounters if rate_limit_storage["rate_limit_storage"] == "memory://" else RedisStorage
+    assert type(limiter.storage) is expected
