@@ -51,6 +51,5 @@ class JSONErrorHandler(ErrorHandler):
             headers |= cors_headers(request)
         metrics = getattr(request.app.ctx, "metrics", None)
         if metrics is not None:
-            counter = metrics.client_errors if status < 500 else metrics.server_errors
-            counter.labels(status=str(status)).inc()
+            metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
         return json_response(body, status=status, headers=headers)

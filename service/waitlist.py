@@ -182,7 +182,7 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
             await ctx.registrations.submit(registration)
         except Exception as error:
             raise ServiceUnavailable() from error
-        ctx.metrics.registrations.labels(intent=registration.intent).inc()
+        ctx.metrics.inc(ctx.metrics.registrations, registration.intent)
         return raw(_ACCEPTED_BODY, content_type="application/json", headers=cors_headers(request))
 
     return bp

@@ -81,3 +81,35 @@ def test_bad_paging_is_400(make_client, query):
         response = client.get(f"/admin/waitlist{query}", headers={"authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 400
     assert response.json["errors"][0]["field"] == name
+
+
+def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client):
+    """/admin/metrics: 200s by intent (repeats too), 4xx by status, 429s; each label counted apart."""
+    with make_client(admin_token=TOKEN, waitlist_rate_limit="6/minute") as client:
+        for body in (
+            {"email": "a@example.com", "intent": "claim"},
+            {"email": "a@example.com", "intent": "claim"},
+            {"email": "b@example.com", "intent": "member"},
+            {"email": "not-an-address", "intent": "member"},
+        ):
+            client.post("/api/waitlist", json=body)
+        client.get("/nothing-here")
+        client.post("/api/waitlist", content=b"x", headers={"content-type": "text/plain"})
+        for _ in range(3):  # the 415 was the 5th request: the 6th is allowed, the 7th and 8th are not
+            client.post("/api/waitlist", json={"email": "c@example.com", "intent": "arcade"})
+        text = client.get("/admin/metrics", headers={"authorization": f"Bearer {TOKEN}"}).text
+    samples = {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(("service_waitlist_", "service_http_")) and "_created" not in line
+    }
+    assert samples == {
+        'service_waitlist_registrations_total{intent="claim"}': 2.0,
+        'service_waitlist_registrations_total{intent="member"}': 1.0,
+        'service_waitlist_registrations_total{intent="arcade"}': 1.0,
+        "service_waitlist_rate_limited_total": 2.0,
+        'service_http_client_errors_total{status="400"}': 1.0,
+        'service_http_client_errors_total{status="404"}': 1.0,
+        'service_http_client_errors_total{status="415"}': 1.0,
+        'service_http_client_errors_total{status="429"}': 2.0,
+    }

@@ -8,12 +8,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+import sqlalchemy
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import select, text
 
 from service.db.engine import create_engine
 from service.db.registrations import UPSERT, Registration
 from service.db.tables import registrations
-from service.db.writer import AsyncpgWriter, SQLiteWriter, registration_writer
+from service.db.writer import AsyncpgWriter, SQLiteWriter, Upsert, registration_writer, sqlite_utc_text
 
 AT = datetime(2026, 11, 22, 12, 0, 0, 123456, tzinfo=UTC)
 
@@ -152,3 +155,31 @@ def test_a_lost_postgresql_connection_is_replaced_without_losing_the_batch(postg
             await engine.dispose()
 
     assert asyncio.run(run()) == [("after@x.example",), ("before@x.example",)]
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.datetimes(timezones=st.timezones()))
+def test_sqlite_time_text_is_the_column_types_own(moment: datetime) -> None:
+    """The writer's SQLite times are character for character what UTCDateTime's processor makes."""
+    dialect = sqlalchemy.create_engine("sqlite://").dialect
+    processor = registrations.c.created_at.type.dialect_impl(dialect).bind_processor(dialect)
+    assert processor is not None
+    try:
+        expected = processor(moment)
+    except OverflowError:  # a moment whose UTC falls outside datetime's years
+        with pytest.raises(OverflowError):
+            sqlite_utc_text(moment)
+        return
+    assert sqlite_utc_text(moment) == expected
+
+
+def test_sqlite_time_text_refuses_naive_times_as_the_column_type_does() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        sqlite_utc_text(datetime(2026, 11, 23, 12, 0))
+
+
+def test_the_sqlite_upsert_uses_the_fast_time_text_and_postgresql_the_column_type() -> None:
+    from sqlalchemy.dialects import postgresql, sqlite
+
+    assert Upsert(sqlite.dialect())._time is sqlite_utc_text
+    assert Upsert(postgresql.asyncpg.dialect())._time is not sqlite_utc_text

@@ -13,8 +13,9 @@ the driver instead:
   asyncpg sends as a single pipeline in one implicit transaction (atomic since asyncpg 0.22).
 
 SQLAlchemy still decides what is written: the statement is ``UPSERT`` from ``registrations``
-compiled for the dialect, and each value passes through the column type's own bind processor, so
-rows come out exactly as a Core ``execute`` would store them (a test holds the two to each other).
+compiled for the dialect, and each value passes through the column type's own bind processor (on
+SQLite, times through ``sqlite_utc_text``, which makes the same text eight times faster), so rows
+come out exactly as a Core ``execute`` would store them (tests hold the two to each other).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import sqlalchemy
@@ -29,6 +31,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.pool import NullPool, PoolProxiedConnection
+from sqlalchemy.types import TypeDecorator
 
 from service.db.engine import sqlite_pragmas
 from service.db.registrations import UPSERT, Registration, batch_order
@@ -36,6 +39,32 @@ from service.db.tables import registrations
 
 # The statement's parameters, in the order of each row tuple.
 PARAMETERS = ("email", "email_key", "intent", "project", "message", "created_at", "updated_at")
+
+
+# SQLAlchemy's default text for SQLite's DATETIME; ``isoformat`` writes the same characters.
+SQLITE_DATETIME = (
+    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+)
+
+
+def _sqlite_storage_format(dialect: Dialect) -> str | None:
+    column_type = registrations.c.created_at.type
+    assert isinstance(column_type, TypeDecorator)  # UTCDateTime over DateTime
+    return getattr(column_type.impl_instance.dialect_impl(dialect), "_storage_format", None)
+
+
+def sqlite_utc_text(value: datetime) -> str:
+    """What ``UTCDateTime``'s processor on SQLite makes of ``value``, in 0.4 µs instead of 3.2 µs.
+
+    The column type's processor runs ``process_bind_param`` and then SQLAlchemy's ``%`` format over
+    a dict of the fields; this is the same conversion to naive UTC and the same text, by
+    ``isoformat`` (a property test holds the two to each other over every aware datetime).
+    """
+    if value.tzinfo is None:
+        raise ValueError("naive datetimes are not stored; pass an aware UTC datetime")
+    if value.tzinfo is not UTC:
+        value = value.astimezone(UTC)
+    return value.replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 class Upsert:
@@ -56,6 +85,8 @@ class Upsert:
         if any(processors[name] for name in PARAMETERS[:5]) or processors["created_at"] is None:
             raise RuntimeError(f"unexpected bind processors for {dialect.name}: {processors}")
         self._time: Callable[[Any], Any] = processors["created_at"]
+        if dialect.name == "sqlite" and _sqlite_storage_format(dialect) == SQLITE_DATETIME:
+            self._time = sqlite_utc_text
 
     def rows(self, entries: Sequence[Registration]) -> list[tuple[Any, ...]]:
         rows = []
