@@ -28,28 +28,38 @@ _MESSAGES = {
 _INTERNAL = "The server could not complete the request."
 
 
+def error_response(request: Request, exception: BaseException) -> HTTPResponse:
+    """The answer to any error: the one JSON shape, CORS on the waitlist route, counted by status.
+
+    The error handler calls this for whatever a route raises; a route may call it itself for a
+    ``ServiceError`` it catches (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which
+    answers the same bytes without Sanic's exception dispatch.
+    """
+    if isinstance(exception, ServiceError):
+        status, body = exception.status_code, exception.body()
+        headers = dict(exception.headers or {})
+    elif isinstance(exception, SanicException) and 400 <= exception.status_code < 500:
+        status = exception.status_code
+        body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
+        headers = dict(getattr(exception, "headers", None) or {})
+    else:
+        status = getattr(exception, "status_code", 500)
+        status = status if isinstance(status, int) and status >= 500 else 500
+        log.error(
+            "unhandled error",
+            exc_info=(type(exception), exception, exception.__traceback__),
+            extra={"path": request.path, "method": request.method},
+        )
+        body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
+        headers = {}
+    if request.path == "/api/waitlist" and request.method == "POST":
+        headers |= cors_headers(request)
+    metrics = getattr(request.app.ctx, "metrics", None)
+    if metrics is not None:
+        metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
+    return json_response(body, status=status, headers=headers)
+
+
 class JSONErrorHandler(ErrorHandler):
     def default(self, request: Request, exception: BaseException) -> HTTPResponse:
-        if isinstance(exception, ServiceError):
-            status, body = exception.status_code, exception.body()
-            headers = dict(exception.headers or {})
-        elif isinstance(exception, SanicException) and 400 <= exception.status_code < 500:
-            status = exception.status_code
-            body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
-            headers = dict(getattr(exception, "headers", None) or {})
-        else:
-            status = getattr(exception, "status_code", 500)
-            status = status if isinstance(status, int) and status >= 500 else 500
-            log.error(
-                "unhandled error",
-                exc_info=(type(exception), exception, exception.__traceback__),
-                extra={"path": request.path, "method": request.method},
-            )
-            body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
-            headers = {}
-        if request.path == "/api/waitlist" and request.method == "POST":
-            headers |= cors_headers(request)
-        metrics = getattr(request.app.ctx, "metrics", None)
-        if metrics is not None:
-            metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
-        return json_response(body, status=status, headers=headers)
+        return error_response(request, exception)

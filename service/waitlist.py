@@ -23,7 +23,8 @@ from service.bodies import read_body
 from service.cors import cors_headers
 from service.db.registrations import Registration
 from service.emails import check_email
-from service.errors import BadRequest, FieldError, ServiceUnavailable, TooManyRequests
+from service.errors import BadRequest, FieldError, ServiceError, ServiceUnavailable, TooManyRequests
+from service.handlers import error_response
 from service.wire import omit_nulls
 
 ACCEPTED = "You are on the waitlist. We will write when early access opens."
@@ -177,7 +178,10 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
         if retry_after is not None:
             ctx.metrics.waitlist_limited.inc()
             raise TooManyRequests(retry_after)
-        registration = parse_registration(read_body(request), clock())
+        try:
+            registration = parse_registration(read_body(request), clock())
+        except ServiceError as error:  # the client's mistake: answered here, not raised through Sanic
+            return error_response(request, error)
         try:
             await ctx.registrations.submit(registration)
         except Exception as error:

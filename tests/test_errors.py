@@ -83,3 +83,23 @@ def test_cors_only_for_configured_origins(make_client, origin, allowed):
     assert preflight.headers.get("access-control-allow-origin") == (origin if allowed else None)
     assert post.headers.get("access-control-allow-origin") == (origin if allowed else None)
     assert "access-control-allow-credentials" not in post.headers
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type", "status"),
+    [
+        (b'{"email": "not-an-address", "intent": "claim"}', "application/json", 400),
+        (b"email=a%40example.com", "text/plain", 415),
+        (b"{" + b" " * 70_000 + b"}", "application/json", 413),
+    ],
+)
+def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, content, content_type, status):
+    """A browser script on a configured origin can read why its registration was refused."""
+    origin = "https://launch.example"
+    with make_client(cors_origins=(origin,)) as client:
+        refused = client.post(
+            "/api/waitlist", content=content, headers={"origin": origin, "content-type": content_type}
+        )
+    assert refused.status_code == status
+    assert refused.json["ok"] is False
+    assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (origin, "Origin")
