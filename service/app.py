@@ -53,7 +53,7 @@ class Context:
     engine: AsyncEngine = field(init=False)
     limiter: RateLimiter = field(init=False)
     writer: RegistrationWriter = field(init=False)  # one driver call per batch
-    registrations: BatchWriter[Registration] = field(init=False)  # the group commit in front of it
+    registrations: BatchWriter[Registration, None] = field(init=False)  # the group commit in front of it
     discovery: Discovery = field(init=False)  # rendered documents; rooms_changed() after a publish
     extras: dict[str, Any] = field(default_factory=dict)
     trusts_proxies: bool = False  # Sanic's proxy settings are set: client addresses from headers
@@ -106,6 +106,7 @@ def create_app(
         ctx: Context = app.ctx
         ctx.engine = create_engine(settings.database_url)
         ctx.limiter = RateLimiter(settings)
+        ctx.limiter.start()
 
         ctx.writer = registration_writer(ctx.engine)
         ctx.registrations = BatchWriter(ctx.writer.write)
@@ -115,6 +116,7 @@ def create_app(
     async def close_resources(app: App) -> None:
         ctx: Context = app.ctx
         await ctx.registrations.close()
+        await ctx.limiter.close()
         await ctx.writer.close()
         await ctx.engine.dispose()
 

@@ -9,14 +9,18 @@ from __future__ import annotations
 import heapq
 import math
 import time
+import urllib.parse
 from collections.abc import Callable
+from typing import Any
 
+import redis.exceptions
 from limits import RateLimitItem, parse_many
 from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from limits.storage import storage_from_string
 from limits.storage.base import TimestampedSlidingWindow
 
+from service.db.batch import BatchWriter
 from service.settings import Settings
 
 
@@ -142,6 +146,64 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
         return len(self._counts)
 
 
+class PipelinedHits:
+    """Hits on limits' Redis storage, each loop turn's worth sent to Redis as one pipeline.
+
+    limits makes one ``EVALSHA`` round trip per hit, and redis-py's asyncio client spends about
+    90 µs of CPU on each (measured here); the same script for 32 hits in one pipeline costs about
+    24 µs a hit. Hits queue while a pipeline is out (the group commit of ``service.db.batch``), so a
+    lone hit goes at once and a busy server sends many together. The script, its keys and its
+    arguments are exactly the ones limits' ``acquire_sliding_window_entry`` sends, so counters are
+    shared with any process hitting through limits itself (a test holds the two to each other).
+    """
+
+    def __init__(self, storage: Storage) -> None:
+        # limits' own pieces: its Redis client, its sliding-window script and its key layout.
+        self._storage: Any = storage
+        self._bridge: Any = storage.bridge  # type: ignore[attr-defined]
+        self._script: Any = self._bridge.lua_acquire_sliding_window
+        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(self._send)
+
+    @classmethod
+    def over(cls, storage: Storage) -> PipelinedHits | None:
+        """Pipelined hits on ``storage``, or None where it is not limits' redis-py storage."""
+        bridge = getattr(storage, "bridge", None)
+        needed = (
+            hasattr(storage, "_current_window_key")
+            and hasattr(storage, "_previous_window_key")
+            and hasattr(bridge, "prefixed_key")
+            and hasattr(bridge, "get_connection")
+            and hasattr(getattr(bridge, "lua_acquire_sliding_window", None), "sha")
+        )
+        return cls(storage) if needed else None
+
+    def start(self) -> None:
+        self._batch.start()
+
+    async def close(self) -> None:
+        await self._batch.close()
+
+    async def acquire(self, key: str, limit: int, expiry: int) -> bool:
+        return bool(await self._batch.submit((key, limit, expiry)))
+
+    async def _send(self, hits: list[tuple[str, int, int]]) -> list[bool]:
+        client = self._bridge.get_connection()
+        try:
+            return await self._pipeline(client, hits)
+        except redis.exceptions.NoScriptError:  # Redis restarted or its scripts were flushed
+            await client.script_load(self._script.script)
+            return await self._pipeline(client, hits)
+
+    async def _pipeline(self, client: Any, hits: list[tuple[str, int, int]]) -> list[bool]:
+        prefixed, storage = self._bridge.prefixed_key, self._storage
+        async with client.pipeline(transaction=False) as pipe:
+            for key, limit, expiry in hits:
+                previous = prefixed(storage._previous_window_key(key))
+                current = prefixed(storage._current_window_key(key))
+                pipe.evalsha(self._script.sha, 2, previous, current, limit, expiry, 1)
+            return [bool(acquired) for acquired in await pipe.execute()]
+
+
 class RateLimiter:
     """A sliding window per (scope, client): no burst of twice the limit at a window edge.
 
@@ -173,13 +235,28 @@ class RateLimiter:
         # coroutines between (measured: 4.4 to 3.2 µs a hit alone; inside the server, 126 to 116 µs
         # of CPU a registration).
         self._counters = storage if isinstance(storage, WindowCounters) else None
+        # One Redis server (redis://, rediss://); sentinel and cluster keep limits' own calls.
+        single = urllib.parse.urlsplit(uri).scheme in ("async+redis", "async+rediss")
+        self._pipelined = PipelinedHits.over(storage) if single else None
+
+    def start(self) -> None:
+        """Within the running loop: start the task that sends pipelined hits, where there is one."""
+        if self._pipelined is not None:
+            self._pipelined.start()
+
+    async def close(self) -> None:
+        if self._pipelined is not None:
+            await self._pipelined.close()
 
     async def hit(self, client: str) -> int | None:
         """Count one request; the seconds to wait when it is over a limit, else None."""
-        counters = self._counters
+        counters, pipelined = self._counters, self._pipelined
         for item in self.items:
             if counters is not None:
                 allowed = counters.acquire(item.key_for(self.scope, client), item.amount, item.get_expiry())
+            elif pipelined is not None:
+                key = item.key_for(self.scope, client)
+                allowed = await pipelined.acquire(key, item.amount, item.get_expiry())
             else:
                 allowed = await self.strategy.hit(item, self.scope, client)
             if not allowed:

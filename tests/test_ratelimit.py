@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from unittest import mock
 
 import pytest
@@ -13,7 +14,8 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from service.ratelimit import RateLimiter, WindowCounters
 from service.settings import Settings
-from tests.conftest import Client
+from tests.conftest import REDIS_URL, RUN_ID, Client
+from tests.scratch import redis_keys
 
 BODY = {"email": "rate@example.com", "intent": "claim"}
 LIMITED = {"ok": False, "message": "Too many requests; try again later."}
@@ -221,3 +223,96 @@ def test_memory_uri_builds_window_counters_and_redis_keeps_limits_storage(rate_l
     limiter = RateLimiter(Settings(**rate_limit_storage))
     expected = WindowCounters if rate_limit_storage["rate_limit_storage"] == "memory://" else RedisStorage
     assert type(limiter.storage) is expected
+
+
+# --- redis://: hits pipelined, counted exactly as limits counts them ----------------------------
+
+
+@pytest.fixture
+def redis_settings():
+    """The machine's Redis under a key prefix of the test's own, removed afterwards."""
+    if not REDIS_URL:
+        pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to test against")
+    prefix = f"service-test-{RUN_ID}-{uuid.uuid4().hex[:8]}"
+    yield {"rate_limit_storage": REDIS_URL, "rate_limit_key_prefix": prefix}
+    asyncio.run(redis_keys(REDIS_URL, prefix, delete=True))
+
+
+async def _limiter(settings: Settings) -> RateLimiter:
+    limiter = RateLimiter(settings)
+    limiter.start()
+    return limiter
+
+
+def test_concurrent_redis_hits_share_one_pipeline_and_the_limit(redis_settings):
+    """Ten hits at once under 4/minute: sent together, exactly four allowed, the rest told to wait."""
+    settings = Settings(waitlist_rate_limit="4/minute", **redis_settings)
+
+    async def play() -> tuple[list[int | None], list[int]]:
+        limiter = await _limiter(settings)
+        assert limiter._pipelined is not None
+        sizes: list[int] = []
+        send = limiter._pipelined._send
+
+        async def counted(hits):
+            sizes.append(len(hits))
+            return await send(hits)
+
+        limiter._pipelined._batch._flush = counted
+        try:
+            answers = await asyncio.gather(*(limiter.hit("192.0.2.7") for _ in range(10)))
+        finally:
+            await limiter.close()
+        return list(answers), sizes
+
+    answers, sizes = asyncio.run(play())
+    assert answers[:4] == [None] * 4
+    assert all(isinstance(wait, int) and 1 <= wait <= 60 for wait in answers[4:])
+    assert sum(sizes) == 10 and len(sizes) < 10  # at most: one alone, then the rest together
+
+
+def test_pipelined_hits_and_limits_own_hits_count_the_same_counters(redis_settings):
+    """Same script, keys and arguments as limits: a process on limits alone shares the count."""
+    settings = Settings(waitlist_rate_limit="3/minute", **redis_settings)
+    item = parse("3/minute")
+
+    async def play() -> list[bool]:
+        ours = await _limiter(settings)
+        theirs = RateLimiter(settings).strategy  # limits' SlidingWindowCounterRateLimiter, unpipelined
+        try:
+            seen = [await ours.hit("192.0.2.8") is None, await theirs.hit(item, "waitlist", "192.0.2.8")]
+            seen += [await ours.hit("192.0.2.8") is None, await theirs.hit(item, "waitlist", "192.0.2.8")]
+            seen.append(await ours.hit("192.0.2.8") is None)
+        finally:
+            await ours.close()
+        return seen
+
+    assert asyncio.run(play()) == [True, True, True, False, False]
+
+
+def test_pipelined_hits_survive_redis_forgetting_the_script(redis_settings):
+    """After SCRIPT FLUSH (a Redis restart, say), the script is loaded again and the hit counted."""
+    import redis.asyncio
+
+    settings = Settings(waitlist_rate_limit="2/minute", **redis_settings)
+
+    async def play() -> list[int | None]:
+        limiter = await _limiter(settings)
+        client = redis.asyncio.Redis.from_url(settings.rate_limit_storage)
+        try:
+            first = await limiter.hit("192.0.2.9")
+            await client.script_flush()
+            return [first, await limiter.hit("192.0.2.9"), await limiter.hit("192.0.2.9")]
+        finally:
+            await client.aclose()
+            await limiter.close()
+
+    first, second, third = asyncio.run(play())
+    assert (first, second) == (None, None)
+    assert isinstance(third, int)
+
+
+def test_redis_hits_are_pipelined_and_memory_hits_are_counted_in_process(rate_limit_storage):
+    limiter = RateLimiter(Settings(**rate_limit_storage))
+    on_redis = not rate_limit_storage["rate_limit_storage"].startswith("memory")
+    assert (limiter._pipelined is not None, limiter._counters is not None) == (on_redis, not on_redis)

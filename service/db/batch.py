@@ -1,27 +1,31 @@
-"""Group commit: many concurrent writers share one transaction.
+"""Group commit: many concurrent writers share one transaction (or one round trip).
 
 Each request awaits ``submit(item)``; a single task flushes whatever has queued since its last
-flush in one transaction, then wakes every waiter. A lone request is flushed at once (no added
-latency); under load, one commit carries hundreds of rows. ``submit`` returns only after the commit,
-so a caller that answers after it never acknowledges an uncommitted write.
+flush in one call, then wakes every waiter. A lone request is flushed at once (no added latency);
+under load, one commit carries hundreds of rows. ``submit`` returns only after the flush, so a
+caller that answers after it never acknowledges an uncommitted write. A flush may return one result
+per item (the Redis limiter's verdicts); ``submit`` then returns its item's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
-class BatchWriter(Generic[T]):
-    def __init__(self, flush: Callable[[list[T]], Awaitable[None]], max_batch: int = 500) -> None:
+class BatchWriter(Generic[T, R]):
+    def __init__(
+        self, flush: Callable[[list[T]], Awaitable[Sequence[R] | None]], max_batch: int = 500
+    ) -> None:
         self._flush = flush
         self._max_batch = max_batch
-        self._pending: list[tuple[T, asyncio.Future[None]]] = []
+        self._pending: list[tuple[T, asyncio.Future[R | None]]] = []
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._closing = False
@@ -29,13 +33,13 @@ class BatchWriter(Generic[T]):
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="batch-writer")
 
-    async def submit(self, item: T) -> None:
+    async def submit(self, item: T) -> R | None:
         if self._closing:
             raise RuntimeError("the writer is closed")
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[R | None] = asyncio.get_running_loop().create_future()
         self._pending.append((item, future))
         self._wake.set()
-        await future
+        return await future
 
     async def close(self) -> None:
         """Flush what is queued, then stop."""
@@ -55,9 +59,9 @@ class BatchWriter(Generic[T]):
             if self._closing:
                 return
 
-    async def _commit(self, batch: list[tuple[T, asyncio.Future[None]]]) -> None:
+    async def _commit(self, batch: list[tuple[T, asyncio.Future[R | None]]]) -> None:
         try:
-            await self._flush([item for item, _ in batch])
+            results = await self._flush([item for item, _ in batch])
         except Exception as error:
             if len(batch) > 1:
                 # One bad row must not fail its neighbours: retry each alone.
@@ -65,16 +69,20 @@ class BatchWriter(Generic[T]):
                     await self._commit([entry])
                 return
             log.warning("batched write failed", exc_info=error)
-            _settle(batch, error)
+            _settle(batch, [None], error)
         else:
-            _settle(batch, None)
+            _settle(batch, [None] * len(batch) if results is None else results, None)
 
 
-def _settle(batch: list[tuple[T, asyncio.Future[None]]], error: BaseException | None) -> None:
-    for _, future in batch:
+def _settle(
+    batch: list[tuple[T, asyncio.Future[R | None]]],
+    results: Sequence[R | None],
+    error: BaseException | None,
+) -> None:
+    for (_, future), result in zip(batch, results, strict=True):
         if future.done():  # the waiter went away (client disconnected); the write still stands
             continue
         if error is None:
-            future.set_result(None)
+            future.set_result(result)
         else:
             future.set_exception(error)
