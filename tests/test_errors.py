@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from sanic import Request
 
 from service.app import create_app
 from service.settings import Settings
 from tests.conftest import Client
+from tests.test_waitlist import stored_rows
 
 
 @pytest.mark.parametrize(
@@ -103,3 +106,18 @@ def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, 
     assert refused.status_code == status
     assert refused.json["ok"] is False
     assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (origin, "Origin")
+
+
+def test_an_unreachable_rate_limit_store_is_503_and_stores_nothing(sqlite_url, caplog):
+    """With Redis down, registrations are refused as briefly unavailable, not accepted unlimited."""
+    settings = Settings(database_url=sqlite_url, rate_limit_storage="redis://127.0.0.1:9/0")
+    with Client(create_app(settings)) as client:
+        registration = client.post("/api/waitlist", json={"email": "down@example.com", "intent": "claim"})
+        ready = client.get("/readyz")
+    assert (registration.status_code, registration.json) == (
+        503,
+        {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+    )
+    assert ready.status_code == 200  # readiness is the database's (DESIGN.md)
+    assert asyncio.run(stored_rows(sqlite_url)) == []
+    assert any(record.getMessage() == "rate-limit storage unreachable" for record in caplog.records)
