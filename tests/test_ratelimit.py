@@ -225,7 +225,7 @@ def test_memory_uri_builds_window_counters_and_redis_keeps_limits_storage(rate_l
     assert type(limiter.storage) is expected
 
 
-# --- redis://: hits pipelined, counted exactly as limits counts them ----------------------------
+# --- redis://: hits batched, counted exactly as limits counts them -----------------------------
 
 
 @pytest.fixture
@@ -244,21 +244,21 @@ async def _limiter(settings: Settings) -> RateLimiter:
     return limiter
 
 
-def test_concurrent_redis_hits_share_one_pipeline_and_the_limit(redis_settings):
+def test_concurrent_redis_hits_share_one_script_call_and_the_limit(redis_settings):
     """Ten hits at once under 4/minute: sent together, exactly four allowed, the rest told to wait."""
     settings = Settings(waitlist_rate_limit="4/minute", **redis_settings)
 
     async def play() -> tuple[list[int | None], list[int]]:
         limiter = await _limiter(settings)
-        assert limiter._pipelined is not None
+        assert limiter._batched is not None
         sizes: list[int] = []
-        send = limiter._pipelined._send
+        send = limiter._batched._send
 
         async def counted(hits):
             sizes.append(len(hits))
             return await send(hits)
 
-        limiter._pipelined._batch._flush = counted
+        limiter._batched._batch._flush = counted
         try:
             answers = await asyncio.gather(*(limiter.hit("192.0.2.7") for _ in range(10)))
         finally:
@@ -271,14 +271,14 @@ def test_concurrent_redis_hits_share_one_pipeline_and_the_limit(redis_settings):
     assert sum(sizes) == 10 and len(sizes) < 10  # at most: one alone, then the rest together
 
 
-def test_pipelined_hits_and_limits_own_hits_count_the_same_counters(redis_settings):
+def test_batched_hits_and_limits_own_hits_count_the_same_counters(redis_settings):
     """Same script, keys and arguments as limits: a process on limits alone shares the count."""
     settings = Settings(waitlist_rate_limit="3/minute", **redis_settings)
     item = parse("3/minute")
 
     async def play() -> list[bool]:
         ours = await _limiter(settings)
-        theirs = RateLimiter(settings).strategy  # limits' SlidingWindowCounterRateLimiter, unpipelined
+        theirs = RateLimiter(settings).strategy  # limits' SlidingWindowCounterRateLimiter, one call a hit
         try:
             seen = [await ours.hit("192.0.2.8") is None, await theirs.hit(item, "waitlist", "192.0.2.8")]
             seen += [await ours.hit("192.0.2.8") is None, await theirs.hit(item, "waitlist", "192.0.2.8")]
@@ -290,7 +290,7 @@ def test_pipelined_hits_and_limits_own_hits_count_the_same_counters(redis_settin
     assert asyncio.run(play()) == [True, True, True, False, False]
 
 
-def test_pipelined_hits_survive_redis_forgetting_the_script(redis_settings):
+def test_batched_hits_survive_redis_forgetting_the_script(redis_settings):
     """After SCRIPT FLUSH (a Redis restart, say), the script is loaded again and the hit counted."""
     import redis.asyncio
 
@@ -312,7 +312,7 @@ def test_pipelined_hits_survive_redis_forgetting_the_script(redis_settings):
     assert isinstance(third, int)
 
 
-def test_redis_hits_are_pipelined_and_memory_hits_are_counted_in_process(rate_limit_storage):
+def test_redis_hits_are_batched_and_memory_hits_are_counted_in_process(rate_limit_storage):
     limiter = RateLimiter(Settings(**rate_limit_storage))
     on_redis = not rate_limit_storage["rate_limit_storage"].startswith("memory")
-    assert (limiter._pipelined is not None, limiter._counters is not None) == (on_redis, not on_redis)
+    assert (limiter._batched is not None, limiter._counters is not None) == (on_redis, not on_redis)
