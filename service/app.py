@@ -22,7 +22,7 @@ from service.bodies import MAX_BODY_BYTES
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
 from service.db.registrations import Registration
-from service.db.writer import RegistrationWriter, registration_writer
+from service.db.writer import RegistrationWriter, refused_rows, registration_writer
 from service.discovery import routes as discovery_routes
 from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
@@ -109,7 +109,7 @@ def create_app(
         ctx.limiter.start()
 
         ctx.writer = registration_writer(ctx.engine)
-        ctx.registrations = BatchWriter(ctx.writer.write)
+        ctx.registrations = BatchWriter(ctx.writer.write, split=refused_rows, name="registration batch")
         ctx.registrations.start()
 
     @app.after_server_stop

@@ -7,6 +7,7 @@ machines, so two server workers enforce one limit per client.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 import time
 import urllib.parse
@@ -21,6 +22,8 @@ from limits.storage.base import TimestampedSlidingWindow
 
 from service.db.batch import BatchWriter
 from service.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 def _async_storage_uri(uri: str) -> str:
@@ -184,7 +187,9 @@ class BatchedHits:
         self._script: Any = self._bridge.get_connection().register_script(
             _BATCH_SCRIPT.format(script=text)
         )
-        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(self._send)
+        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(
+            self._send, name="rate-limit hits"
+        )
 
     @classmethod
     def over(cls, storage: Storage) -> BatchedHits | None:
@@ -273,7 +278,11 @@ class RateLimiter:
                 key = item.key_for(self.scope, client)
                 allowed = await batched.acquire(key, item.amount, item.get_expiry())
             else:
-                allowed = await self.strategy.hit(item, self.scope, client)
+                try:
+                    allowed = await self.strategy.hit(item, self.scope, client)
+                except Exception:
+                    log.warning("rate-limit hit failed", exc_info=True)
+                    raise
             if not allowed:
                 stats = await self.strategy.get_window_stats(item, self.scope, client)
                 return max(1, math.ceil(stats.reset_time - time.time()))

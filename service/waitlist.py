@@ -8,7 +8,6 @@ document. Validation errors become field errors with stable codes; a valid regis
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -28,7 +27,6 @@ from service.errors import BadRequest, FieldError, ServiceError, ServiceUnavaila
 from service.handlers import error_response
 from service.wire import omit_nulls
 
-log = logging.getLogger(__name__)
 ACCEPTED = "You are on the waitlist. We will write when early access opens."
 # Every 200 is the same bytes, first registration or repeat: rendered once.
 _ACCEPTED_BODY = json.dumps({"ok": True, "message": ACCEPTED}, separators=(",", ":")).encode()
@@ -179,8 +177,7 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
         try:
             retry_after = await ctx.limiter.hit(client_address(request))
         except Exception as error:  # the limits' storage is unreachable: accept nothing unlimited
-            log.warning("rate-limit storage unreachable", exc_info=error)
-            raise ServiceUnavailable() from error
+            raise ServiceUnavailable() from error  # logged where it failed, once per batch of hits
         if retry_after is not None:
             ctx.metrics.waitlist_limited.inc()
             raise TooManyRequests(retry_after)

@@ -52,6 +52,7 @@ def test_a_flush_without_results_answers_none() -> None:
 
 
 def test_one_failing_item_fails_alone_and_its_neighbours_are_flushed_again() -> None:
+    """An error ``split`` says may be one item's fault: each item is flushed again on its own."""
     calls: list[list[str]] = []
 
     async def refuse_bad(items: list[str]) -> list[str]:
@@ -61,7 +62,7 @@ def test_one_failing_item_fails_alone_and_its_neighbours_are_flushed_again() -> 
         return [item.upper() for item in items]
 
     async def play() -> list[object]:
-        batch: BatchWriter[str, str] = BatchWriter(refuse_bad)
+        batch: BatchWriter[str, str] = BatchWriter(refuse_bad, split=lambda error: isinstance(error, ValueError))
         batch.start()
         answers = await asyncio.gather(
             batch.submit("first"), batch.submit("a"), batch.submit("bad"), batch.submit("b"),
@@ -74,6 +75,48 @@ def test_one_failing_item_fails_alone_and_its_neighbours_are_flushed_again() -> 
     assert (first, a, b) == ("FIRST", "A", "B")
     assert isinstance(bad, ValueError)
     assert calls == [["first", "a", "bad", "b"], ["first"], ["a"], ["bad"], ["b"]]
+
+
+def test_an_unreachable_store_fails_the_whole_batch_at_once_with_one_log_line(caplog) -> None:
+    """Any other error is not retried item by item: one flush, every caller told, one warning."""
+    calls: list[list[int]] = []
+
+    async def unreachable(items: list[int]) -> None:
+        calls.append(items)
+        raise ConnectionRefusedError("no database")
+
+    async def play() -> list[object]:
+        batch: BatchWriter[int, None] = BatchWriter(
+            unreachable, split=lambda error: isinstance(error, ValueError), name="test batch"
+        )
+        batch.start()
+        answers = await asyncio.gather(*(batch.submit(n) for n in range(4)), return_exceptions=True)
+        await batch.close()
+        return list(answers)
+
+    answers = asyncio.run(play())
+    assert calls == [[0, 1, 2, 3]]
+    assert all(isinstance(answer, ConnectionRefusedError) for answer in answers)
+    assert [record.getMessage() for record in caplog.records if record.name == "service.db.batch"] == [
+        "test batch failed"
+    ]
+
+
+def test_the_registration_writer_splits_only_on_refused_rows() -> None:
+    """A constraint or a value is one row's fault; a connection, a timeout or a lock is everyone's."""
+    import sqlite3
+
+    import asyncpg.exceptions
+
+    from service.db.writer import refused_rows
+
+    assert refused_rows(sqlite3.IntegrityError("NOT NULL constraint failed"))
+    assert refused_rows(asyncpg.exceptions.NotNullViolationError("null value"))
+    assert refused_rows(asyncpg.exceptions.StringDataRightTruncationError("value too long"))
+    assert not refused_rows(sqlite3.OperationalError("database is locked"))
+    assert not refused_rows(ConnectionRefusedError())
+    assert not refused_rows(TimeoutError())
+    assert not refused_rows(asyncpg.exceptions.ConnectionDoesNotExistError("closed"))
 
 
 def test_nothing_is_accepted_once_closing() -> None:

@@ -120,4 +120,27 @@ def test_an_unreachable_rate_limit_store_is_503_and_stores_nothing(sqlite_url, c
     )
     assert ready.status_code == 200  # readiness is the database's (DESIGN.md)
     assert asyncio.run(stored_rows(sqlite_url)) == []
-    assert any(record.getMessage() == "rate-limit storage unreachable" for record in caplog.records)
+    assert [record.getMessage() for record in caplog.records if record.name == "service.db.batch"] == [
+        "rate-limit hits failed"
+    ]
+
+
+def test_a_postgresql_server_that_never_answers_is_503_after_the_connect_timeout(monkeypatch, sqlite_url):
+    """A server that accepts and then says nothing (a hung proxy, say): 503 once the timeout passes."""
+    import socket
+
+    from service.db import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "POSTGRESQL_CONNECT_TIMEOUT_S", 0.3)
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    try:
+        app = create_app(Settings(database_url=f"postgresql://nobody@127.0.0.1:{port}/none"))
+        with Client(app) as client:
+            registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
+    finally:
+        silent.close()
+    assert (registration.status_code, registration.json) == (
+        503,
+        {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+    )

@@ -19,11 +19,29 @@ R = TypeVar("R")
 log = logging.getLogger(__name__)
 
 
+def _never(error: BaseException) -> bool:
+    return False
+
+
 class BatchWriter(Generic[T, R]):
+    """``flush`` writes a batch; ``split`` says which of its errors may be one item's fault.
+
+    A batch failing with such an error (a row the database refuses) is flushed again item by item,
+    so one bad row fails alone. Any other error (the store unreachable, a timeout) fails the whole
+    batch at once: flushing each item again would only repeat it, once per item, while every caller
+    waits.
+    """
+
     def __init__(
-        self, flush: Callable[[list[T]], Awaitable[Sequence[R] | None]], max_batch: int = 500
+        self,
+        flush: Callable[[list[T]], Awaitable[Sequence[R] | None]],
+        max_batch: int = 500,
+        split: Callable[[BaseException], bool] = _never,
+        name: str = "batch",
     ) -> None:
         self._flush = flush
+        self._split = split
+        self._name = name
         self._max_batch = max_batch
         self._pending: list[tuple[T, asyncio.Future[R | None]]] = []
         self._wake = asyncio.Event()
@@ -31,7 +49,7 @@ class BatchWriter(Generic[T, R]):
         self._closing = False
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="batch-writer")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=self._name)
 
     async def submit(self, item: T) -> R | None:
         if self._closing:
@@ -63,13 +81,15 @@ class BatchWriter(Generic[T, R]):
         try:
             results = await self._flush([item for item, _ in batch])
         except Exception as error:
-            if len(batch) > 1:
+            if len(batch) > 1 and self._split(error):
                 # One bad row must not fail its neighbours: retry each alone.
                 for entry in batch:
                     await self._commit([entry])
                 return
-            log.warning("batched write failed", exc_info=error)
-            _settle(batch, [None], error)
+            log.warning(
+                "%s failed", self._name, exc_info=error, extra={"items": len(batch)}
+            )
+            _settle(batch, [None] * len(batch), error)
         else:
             _settle(batch, [None] * len(batch) if results is None else results, None)
 

@@ -21,6 +21,9 @@ MIGRATIONS = "service.db:migrations"
 # How long a SQLite connection waits for another process's write lock before giving up; two server
 # workers share one file, and a group commit holds the lock for a few milliseconds at most.
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# How long opening a PostgreSQL connection may take (asyncpg's default is 60 s): with the server
+# unreachable, a registration is answered 503 after this, not after a minute.
+POSTGRESQL_CONNECT_TIMEOUT_S = 10.0
 
 
 def async_url(database_url: str) -> URL:
@@ -56,6 +59,8 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         engine = create_async_engine(url, **options)
         event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine
+    connect_args = options.setdefault("connect_args", {})
+    connect_args.setdefault("timeout", POSTGRESQL_CONNECT_TIMEOUT_S)
     options.setdefault("pool_size", 10)
     options.setdefault("max_overflow", 10)
     options.setdefault("pool_pre_ping", True)

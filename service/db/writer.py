@@ -21,11 +21,13 @@ come out exactly as a Core ``execute`` would store them (tests hold the two to e
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import asyncpg.exceptions
 import sqlalchemy
 from sqlalchemy import event
 from sqlalchemy.engine import Dialect
@@ -94,6 +96,24 @@ class Upsert:
             at = self._time(entry.at)
             rows.append((entry.email, entry.email_key, entry.intent, entry.project, entry.message, at, at))
         return rows
+
+
+def refused_rows(error: BaseException) -> bool:
+    """Whether a batch failed on its rows (a constraint, a value) rather than on the database.
+
+    Only such a batch is worth writing again row by row (``BatchWriter``'s ``split``): one bad row
+    then fails alone. A lost or refused connection, a timeout or a locked database fails the batch
+    whole, at once.
+    """
+    return isinstance(
+        error,
+        (
+            sqlite3.IntegrityError,
+            sqlite3.DataError,
+            asyncpg.exceptions.IntegrityConstraintViolationError,
+            asyncpg.exceptions.DataError,
+        ),
+    )
 
 
 class RegistrationWriter(Protocol):
