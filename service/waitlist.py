@@ -176,7 +176,7 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
         ctx = request.app.ctx
         try:
             retry_after = await ctx.limiter.hit(client_address(request))
-        except Exception as error:  # the limits' storage is unreachable: accept nothing unlimited
+        except Exception as error:  # the rate-limit storage is unreachable: accept nothing unlimited
             raise ServiceUnavailable() from error  # logged where it failed, once per batch of hits
         if retry_after is not None:
             ctx.metrics.waitlist_limited.inc()

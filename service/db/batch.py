@@ -86,9 +86,7 @@ class BatchWriter(Generic[T, R]):
                 for entry in batch:
                     await self._commit([entry])
                 return
-            log.warning(
-                "%s failed", self._name, exc_info=error, extra={"items": len(batch)}
-            )
+            log.warning("%s failed", self._name, exc_info=error, extra={"items": len(batch)})
             _settle(batch, [None] * len(batch), error)
         else:
             _settle(batch, [None] * len(batch) if results is None else results, None)

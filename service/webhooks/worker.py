@@ -26,7 +26,6 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -143,7 +142,6 @@ class Worker:
         self._expired: list[Job] = []  # waited too long for a slot: handed back next turn
         self._finished: list[AttemptRecord] = []  # attempts made, not yet logged
         self._db_lock = asyncio.Lock()
-        self._counters: dict[str, Any] = {}  # metric children by outcome, looked up once
         # Set while the loop waits; resolved (``_nudge``) when there is something for it to do.
         self._waiter: asyncio.Future[None] | None = None
         self._batch = BATCH * concurrency
@@ -237,12 +235,7 @@ class Worker:
         self.settled += len(records)
         for record in records:
             if self.metrics is not None:
-                counter = self._counters.get(record.outcome)
-                if counter is None:
-                    counter = self._counters[record.outcome] = self.metrics.delivery_attempts.labels(
-                        outcome=record.outcome
-                    )
-                counter.inc()
+                self.metrics.inc(self.metrics.delivery_attempts, record.outcome)
                 self.metrics.attempt_seconds.observe(record.duration_ms / 1000)
             if record.outcome != "delivered" or log.isEnabledFor(logging.DEBUG):
                 log.log(
