@@ -4,8 +4,9 @@
 ``deliveries`` are pure functions on those frames, ``charts`` turns their answers into matplotlib
 figures. Every answer is sorted and rounded so notebook outputs are identical from run to run.
 
-``event_docs`` renders the event catalog for partners; ``live`` runs the real service in-process
-with an injected clock; ``demo`` drives it to make seeded demo data; ``render`` re-runs notebooks.
+``event_docs`` renders the event catalog for partners; ``render`` re-runs notebooks. Nothing here
+starts the service: the seeded demo database the notebooks read by default is made by driving it,
+in ``service.demo``.
 """
 
 from analytics.privacy import email_hash, mask_email, redact_emails

@@ -6,10 +6,13 @@ global figure list, so notebooks show each figure once and tests leak nothing.
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 
 SIZE = (7.0, 4.0)  # inches; fits a notebook column without scrolling
@@ -19,6 +22,15 @@ BAR_LABEL_FORMAT = "{:g}"
 SVG_HASH_SALT = "launch-waitlist-notebooks"
 # No creation date and no matplotlib version in the file: the same chart is the same bytes.
 SVG_METADATA = {"Date": None, "Creator": None}
+THRESHOLD_COLOR = "tab:red"
+BAR_COLOR = "tab:blue"  # matplotlib's first colour, as every other bar chart here
+BELOW_COLOR = "tab:orange"  # a rate under the threshold
+LATENCY_COLOURS = "Blues"  # the slower, the darker
+DELIVERY_TIME_COLOURS = "Greens"  # the later, the darker
+MIN_LABELLED = 0.05  # parts of a stacked bar narrower than this carry no label: it would not fit
+DARK = 0.5  # a colour darker than this (mean of its RGB) takes white text
+QUALITATIVE = "tab10"  # failure reasons: one colour each, the same in every bar
+QUALITATIVE_COLOURS = 10
 
 
 def inline_svg() -> None:
@@ -68,36 +80,67 @@ def message_length_chart(lengths: pd.Series, bins: int = 20) -> Figure:
     return fig
 
 
-def success_rate_chart(rates: pd.DataFrame) -> Figure:
-    """Bars of the delivered share per group, from ``deliveries.success_rate``."""
+def success_rate_chart(rates: pd.DataFrame, threshold: float | None = None) -> Figure:
+    """Bars of the attempt success rate per group, from ``deliveries.success_rate``, labelled in
+    percent; with a ``threshold``, a dashed line at it and the bars under it in a warning colour
+    (below it, a partner is an action item)."""
     fig, ax = _figure()
-    keys = [c for c in rates.columns if c not in ("deliveries", "delivered", "rate")]
-    _bars(ax, _labels(rates, keys), rates["rate"])
+    keys = [c for c in rates.columns if c not in ("attempts", "succeeded", "success_rate")]
+    values = rates["success_rate"].to_numpy(dtype="float64")
+    colours = [BELOW_COLOR if threshold is not None and value < threshold else BAR_COLOR for value in values]
+    positions = np.arange(len(values))
+    container = ax.bar(positions, values, color=colours)
+    ax.set_xticks(positions, _labels(rates, keys))
+    # Inside the bars, so no label sits on the threshold line.
+    ax.bar_label(container, labels=[f"{value:.1%}" for value in values], label_type="center", color="white")
     ax.set_ylim(0, 1.05)  # a rate is a share, so keep the scale honest even when all are high
-    ax.set(title="Delivery success rate", ylabel="delivered share")
+    ax.set(title="Attempt success rate", ylabel="attempts answered 2xx (share)")
+    if threshold is not None:
+        ax.axhline(threshold, color=THRESHOLD_COLOR, linestyle="--", label=f"threshold {threshold:.0%}")
+        ax.legend(loc="lower right")
     return fig
 
 
-def latency_chart(latency: pd.DataFrame) -> Figure:
-    """Grouped bars, one per percentile, from ``deliveries.latency_percentiles``."""
+def latency_bands_chart(bands: pd.DataFrame) -> Figure:
+    """One horizontal bar per group, split into its latency bands, from ``deliveries.latency_bands``;
+    light is fast, dark is slow."""
     fig, ax = _figure()
-    percentile_columns = [c for c in latency.columns if c.startswith("p") and c[1:2].isdigit()]
-    keys = [c for c in latency.columns if c not in percentile_columns and c != "attempts"]
-    positions = np.arange(len(latency), dtype="float64")
-    width = 0.8 / max(len(percentile_columns), 1)
-    for i, column in enumerate(percentile_columns):
-        ax.bar(positions + i * width, latency[column], width, label=column)
-    ax.set_xticks(positions + width * (len(percentile_columns) - 1) / 2, _labels(latency, keys))
-    ax.set(title="Attempt latency", ylabel="milliseconds")
-    ax.legend(title="percentile")
+    _share_bars(ax, bands, "attempts", LATENCY_COLOURS)
+    ax.set(title="Attempt latency", xlabel="share of attempts")
+    _legend(ax, title="took", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
 def failure_reasons_chart(reasons: pd.DataFrame) -> Figure:
-    """Horizontal bars of failed attempts per reason, from ``deliveries.failure_reasons``."""
+    """Failed attempts by reason, from ``deliveries.failure_reasons``: with grouping columns, one
+    horizontal bar per group split by reason (as shares of the group's attempts); without, one bar
+    per reason (as counts)."""
     fig, ax = _figure()
-    _barh(ax, _labels(reasons, ["error_class", "status_code"]), reasons["attempts"])
-    ax.set(title="Why attempts failed", xlabel="failed attempts")
+    keys = [c for c in reasons.columns if c not in ("error_class", "status_code", "attempts", "share")]
+    if not keys:
+        _barh(ax, _labels(reasons, ["error_class", "status_code"]), reasons["attempts"])
+        ax.set(title="Why attempts failed", xlabel="failed attempts")
+        return fig
+    reason = pd.Series(_labels(reasons, ["error_class", "status_code"]), index=reasons.index)
+    table = reasons.assign(_group=_labels(reasons, keys), _reason=reason).pivot_table(
+        index="_group", columns="_reason", values="share", aggfunc="sum", fill_value=0.0, sort=False
+    )
+    order = reasons.groupby(reason, sort=False)["attempts"].sum().sort_values(ascending=False, kind="stable")
+    table = table[list(order.index)]
+    colours = matplotlib.colormaps[QUALITATIVE](np.arange(len(order)) % QUALITATIVE_COLOURS)
+    _stacked(ax, list(table.index), table, list(colours))
+    ax.set(title="Why attempts failed, per partner", xlabel="share of the partner's attempts")
+    _legend(ax, title="reason", loc="lower right")
+    return fig
+
+
+def time_to_delivery_chart(bands: pd.DataFrame) -> Figure:
+    """One horizontal bar per group, split by how long its deliveries took to arrive, from
+    ``deliveries.time_to_delivery_bands``; light is soon, dark is late."""
+    fig, ax = _figure()
+    _share_bars(ax, bands, "deliveries", DELIVERY_TIME_COLOURS)
+    ax.set(title="Time to delivery", xlabel="share of delivered deliveries")
+    _legend(ax, title="after publishing", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -111,6 +154,42 @@ def _bars(ax: Axes, labels: list[str], values: pd.Series) -> None:
     container = ax.bar(positions, values.to_numpy(dtype="float64"))
     ax.set_xticks(positions, labels)
     ax.bar_label(container, fmt=BAR_LABEL_FORMAT)
+
+
+def _stacked(ax: Axes, labels: list[str], parts: pd.DataFrame, colours: list[Any]) -> list[BarContainer]:
+    """Horizontal bars, one per label, each split into ``parts``' columns left to right."""
+    positions = np.arange(len(labels))
+    left = np.zeros(len(labels))
+    containers = []
+    for column, colour in zip(parts.columns, colours, strict=True):
+        values = parts[column].to_numpy(dtype="float64")
+        containers.append(ax.barh(positions, values, left=left, color=colour, label=str(column)))
+        left += values
+    ax.set_yticks(positions, labels)
+    ax.invert_yaxis()  # the first group at the top, as in the tables
+    return containers
+
+
+def _share_bars(ax: Axes, frame: pd.DataFrame, count: str, colourmap: str) -> None:
+    """Stacked bars of shares per group, each part over ``MIN_LABELLED`` labelled in percent.
+
+    ``frame`` is laid out ``*by, count, *shares``, as the band analyses return them.
+    """
+    split = frame.columns.get_loc(count)
+    keys, columns = list(frame.columns[:split]), list(frame.columns[split + 1 :])
+    colours = list(matplotlib.colormaps[colourmap](np.linspace(0.15, 0.95, len(columns))))
+    containers = _stacked(ax, _labels(frame, keys), frame[columns], colours)
+    for container, colour in zip(containers, colours, strict=True):
+        texts = [f"{bar.get_width():.0%}" if bar.get_width() >= MIN_LABELLED else "" for bar in container]
+        ink = "white" if sum(colour[:3]) / 3 < DARK else "black"
+        ax.bar_label(container, labels=texts, label_type="center", color=ink)
+    ax.set_xlim(0, 1)
+
+
+def _legend(ax: Axes, **options: Any) -> None:
+    """A legend of the labelled parts, if any: an empty answer draws none (and no warning)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**options)
 
 
 def _barh(ax: Axes, labels: list[str], values: pd.Series) -> None:

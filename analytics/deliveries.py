@@ -2,6 +2,12 @@
 
 ``by`` names the grouping columns (a name, several, or ``None``/``()`` for one overall row); groups
 come out sorted, and a missing key (a partner row since deleted) is its own group, not dropped.
+
+Success has one definition here, used by every table, chart and action item: the **attempt
+success rate**, the share of delivery attempts the partner answered with a 2xx. Every attempt
+counts, retries included, so an endpoint that fails often shows it even when retries end up
+delivering everything; a partner below ``MIN_SUCCESS_RATE`` is one to talk to. Where a delivery
+stands (pending, delivered, failed) is a state (``states``), not a rate.
 """
 
 from __future__ import annotations
@@ -14,7 +20,11 @@ from pandas.core.groupby import DataFrameGroupBy
 
 DECIMALS = 4  # enough to tell rates apart, few enough that notebook output never jitters
 PERCENTILES = (50, 90, 99)  # the median, the usual tail, the rare tail
-DELIVERED = "delivered"
+DELIVERED = "delivered"  # the outcome of an attempt answered 2xx, and the state it leaves
+SUCCESS_RATE = "attempt success rate"  # the name of the one definition of success (see above)
+# An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
+# retries hide it: each failure delays a delivery by a retry delay at least.
+MIN_SUCCESS_RATE = 0.95
 STATUSES = ("pending", "delivering", "delivered", "failed")  # service.webhooks.outbox.STATUSES
 
 By = str | Sequence[str] | None
@@ -38,28 +48,18 @@ def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
     return counts.reset_index(drop=not keys)
 
 
-def success_rate(frame: pd.DataFrame, by: By = ("partner_name", "event")) -> pd.DataFrame:
-    """Columns ``*by, deliveries, delivered, rate``: the delivered share of deliveries.
+def success_rate(attempts: pd.DataFrame, by: By = ("partner_name", "event")) -> pd.DataFrame:
+    """Columns ``*by, attempts, succeeded, success_rate``: the attempt success rate per group.
 
-    Takes deliveries (``status``) or attempts (``outcome``, collapsed per ``delivery_id``). Pending
-    deliveries count as not delivered, so read a recent window's rate with that in mind.
+    Takes attempts (``load_attempts``): a delivery that took three tries counts three attempts,
+    one of them succeeded.
     """
+    if "outcome" not in attempts.columns:
+        raise ValueError("the attempt success rate is read from an attempts frame (outcome)")
     keys = _keys(by)
-    if "status" in frame.columns:
-        per_delivery = frame.assign(_delivered=frame["status"].eq(DELIVERED))
-    elif {"outcome", "delivery_id"} <= set(frame.columns):
-        # The by-columns describe the delivery (partner, event), so they are constant within one.
-        per_delivery = (
-            frame.assign(_delivered=frame["outcome"].eq(DELIVERED))
-            .groupby(["delivery_id", *keys], dropna=False, sort=True)["_delivered"]
-            .any()
-            .reset_index()
-        )
-    else:
-        raise ValueError("need a deliveries frame (status) or an attempts frame (outcome)")
-    groups = _groups(per_delivery, keys)["_delivered"]
-    out = pd.DataFrame({"deliveries": groups.size(), "delivered": groups.sum()}).astype("int64")
-    out["rate"] = (out["delivered"] / out["deliveries"]).round(DECIMALS)
+    groups = _groups(attempts.assign(_succeeded=attempts["outcome"].eq(DELIVERED)), keys)["_succeeded"]
+    out = pd.DataFrame({"attempts": groups.size(), "succeeded": groups.sum()}).astype("int64")
+    out["success_rate"] = (out["succeeded"] / out["attempts"]).round(DECIMALS)
     return out.reset_index(drop=not keys)
 
 
@@ -104,18 +104,55 @@ def latency_percentiles(
     return table
 
 
-def failure_reasons(attempts: pd.DataFrame) -> pd.DataFrame:
-    """Columns ``error_class, status_code, attempts, share`` over attempts that did not deliver.
+def latency_bands(attempts: pd.DataFrame, by: By = "partner_name", step_ms: int = 50) -> pd.DataFrame:
+    """Columns ``*by, attempts``, then one per band of ``step_ms``: the share of attempts that took
+    that long (``0-49 ms``, ``50-99 ms``, ... up to the slowest attempt's band, zeros included).
 
-    Most frequent first, ties by class then code; no answer (``status_code`` NA) sorts last.
+    Percentiles hide what differs between endpoints that mostly answer at once (every median is
+    the first band); the bands show how often each one is slow. ``duration_ms`` is measured in
+    real time and jitters by a few milliseconds; at a step coarser than that, the same attempts
+    fall in the same bands every run.
     """
+    if step_ms < 1:
+        raise ValueError("step_ms is a positive number of milliseconds")
+    keys = _keys(by)
+    band = attempts["duration_ms"].astype("int64") // step_ms * step_ms
+    lows = range(0, int(band.max()) + 1, step_ms) if len(band) else range(0)
+    counts = (
+        _groups(attempts.assign(_band=band), keys)["_band"]
+        .value_counts()
+        .unstack(fill_value=0)
+        .reindex(columns=list(lows), fill_value=0)
+        .astype("int64")
+    )
+    total = counts.sum(axis=1)
+    out = pd.DataFrame({"attempts": total})
+    for low in lows:
+        out[f"{low}-{low + step_ms - 1} ms"] = (counts[low] / total).round(DECIMALS)
+    return out.reset_index(drop=not keys)
+
+
+def failure_reasons(attempts: pd.DataFrame, by: By = None) -> pd.DataFrame:
+    """Columns ``*by, error_class, status_code, attempts, share``: the attempts that did not
+    succeed, by reason.
+
+    ``share`` is of every attempt in the group, so a group's shares and its attempt success rate
+    add up to 1. Within a group, most frequent first, ties by class then code; no answer
+    (``status_code`` NA) sorts last.
+    """
+    keys = _keys(by)
     failed = attempts[attempts["outcome"].ne(DELIVERED)]
-    counts = failed.groupby(["error_class", "status_code"], dropna=False).size()
+    counts = failed.groupby([*keys, "error_class", "status_code"], dropna=False).size()
     out = counts.rename("attempts").astype("int64").reset_index()
-    out["share"] = (out["attempts"] / out["attempts"].sum()).round(DECIMALS)
-    out = out.sort_values(
-        ["attempts", "error_class", "status_code"],
-        ascending=[False, True, True],
+    if keys:
+        totals = attempts.groupby(keys, dropna=False).size().rename("_total").reset_index()
+        out = out.merge(totals, on=keys, how="left")
+    else:
+        out["_total"] = len(attempts)
+    out["share"] = (out["attempts"] / out["_total"]).round(DECIMALS)
+    out = out.drop(columns="_total").sort_values(
+        [*keys, "attempts", "error_class", "status_code"],
+        ascending=[*(True for _ in keys), False, True, True],
         na_position="last",
         kind="stable",
     )
@@ -129,6 +166,36 @@ def time_to_delivery(
     delivered = deliveries[deliveries["status"].eq(DELIVERED) & deliveries["delivered_at"].notna()]
     seconds = (delivered["delivered_at"] - delivered["created_at"]).dt.total_seconds()
     return _percentile_table(seconds, delivered, by, percentiles, "deliveries")
+
+
+# Where a delivery's time lands: at its first attempt, after a retry or two, or after the long
+# retries (service.webhooks.retry's default schedule waits 5 s, 5 min, 30 min, then hours).
+DELIVERY_TIME_BANDS = ((1.0, "under 1 s"), (60.0, "1 s-1 min"), (600.0, "1-10 min"), (3600.0, "10 min-1 h"))
+DELIVERY_TIME_LAST = "over 1 h"
+
+
+def time_to_delivery_bands(deliveries: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
+    """Columns ``*by, deliveries``, then one per band of ``DELIVERY_TIME_BANDS``: the share of the
+    group's delivered deliveries that took that long from publishing to the attempt that delivered."""
+    keys = _keys(by)
+    delivered = deliveries[deliveries["status"].eq(DELIVERED) & deliveries["delivered_at"].notna()]
+    seconds = (delivered["delivered_at"] - delivered["created_at"]).dt.total_seconds()
+    labels = [label for _, label in DELIVERY_TIME_BANDS] + [DELIVERY_TIME_LAST]
+    edges = [-np.inf] + [edge for edge, _ in DELIVERY_TIME_BANDS] + [np.inf]
+    band = pd.cut(seconds, edges, right=False, labels=labels)
+    counts = (
+        _groups(delivered.assign(_band=band), keys)["_band"]
+        .value_counts(sort=False)
+        .unstack(fill_value=0)
+        .reindex(columns=labels, fill_value=0)
+        .astype("int64")
+    )
+    total = counts.sum(axis=1)
+    out = pd.DataFrame({"deliveries": total})
+    for label in labels:
+        out[label] = (counts[label] / total).round(DECIMALS)
+    out.columns.name = None
+    return out.reset_index(drop=not keys)
 
 
 def retries_that_succeeded(deliveries: pd.DataFrame, by: By = ("partner_name",)) -> pd.DataFrame:
@@ -177,26 +244,29 @@ def _percentile_table(
 PAUSED = "paused"
 FAILED = "failed"
 PENDING = "pending"
-# An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
-# retries hide it: each failure delays a delivery by a retry delay at least.
-MIN_ATTEMPT_SUCCESS = 0.95
+UNRELIABLE = "unreliable"
 CLI = "python -m service partners"
 ACTION_COLUMNS = ("partner_name", "issue", "count", "detail", "command")
+NOTHING_TO_ACT_ON = (
+    "Nothing to act on: no partner is paused, no delivery has failed, and every partner's "
+    "attempt success rate is at least {threshold:.0%}."
+)
 
 
 def action_items(
     partners: pd.DataFrame,
     deliveries: pd.DataFrame,
     attempts: pd.DataFrame,
-    min_attempt_success: float = MIN_ATTEMPT_SUCCESS,
+    min_success_rate: float = MIN_SUCCESS_RATE,
 ) -> pd.DataFrame:
     """Columns ``partner_name, issue, count, detail, command``: one row per partner and issue.
 
     Issues, in the order to handle them: ``paused`` (the partner answered 410 Gone, or an admin
     paused it; ``count`` deliveries wait for a resume), ``failed`` (``count`` deliveries spent their
-    retry schedule; an admin retry sends them again), ``unreliable`` (fewer than
-    ``min_attempt_success`` of its attempts succeeded; ``count`` failed attempts). Frames as
-    ``load_partners``, ``load_deliveries`` and ``load_attempts`` return them.
+    retry schedule; an admin retry sends them again), ``unreliable`` (an active partner whose
+    attempt success rate is below ``min_success_rate``; ``count`` attempts did not succeed).
+    Frames as ``load_partners``, ``load_deliveries`` and ``load_attempts`` return them; no row
+    means nothing to act on (``action_report`` says so).
     """
     rows: list[dict[str, object]] = []
     for partner in partners.sort_values(["name", "id"], kind="stable").itertuples():
@@ -227,19 +297,17 @@ def action_items(
                 f"retry schedule spent; last errors: {_tally(last['error_class'])}",
                 f"{CLI} retry {partner.id}",
             )
-        answered = tried[tried["outcome"].ne(PAUSED)]
-        if len(answered):
-            succeeded = answered["outcome"].eq(DELIVERED)
-            share = float(succeeded.mean())
-            if share < min_attempt_success:
+        if len(tried) and partner.status != PAUSED:  # a paused partner's first step is its resume
+            [rate] = success_rate(tried, by=None).itertuples()
+            if rate.success_rate < min_success_rate:
                 add(
-                    "unreliable",
-                    int((~succeeded).sum()),
-                    f"{share:.0%} of attempts succeeded; "
-                    f"errors: {_tally(answered.loc[~succeeded, 'error_class'])}",
+                    UNRELIABLE,
+                    rate.attempts - rate.succeeded,
+                    f"{SUCCESS_RATE} {rate.success_rate:.0%}, below {min_success_rate:.0%}; errors: "
+                    f"{_tally(tried.loc[tried['outcome'].ne(DELIVERED), 'error_class'])}",
                     f"{CLI} test {partner.id}",
                 )
-    order = {PAUSED: 0, FAILED: 1, "unreliable": 2}
+    order = {PAUSED: 0, FAILED: 1, UNRELIABLE: 2}
     out = pd.DataFrame(rows, columns=list(ACTION_COLUMNS)).astype({"count": "int64"})
     out = out.sort_values(
         ["issue", "partner_name"], key=lambda column: column.map(order) if column.name == "issue" else column
@@ -252,3 +320,13 @@ def _tally(classes: pd.Series) -> str:
     counts = classes.fillna("none").value_counts()
     ordered = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     return ", ".join(f"{name}: {count}" for name, count in ordered)
+
+
+def action_report(actions: pd.DataFrame, min_success_rate: float = MIN_SUCCESS_RATE) -> str:
+    """The commands for ``action_items``' rows, each under a ``# partner: issue`` line; or, with no
+    row, one sentence saying there is nothing to act on (an empty table reads as a mistake)."""
+    if actions.empty:
+        return NOTHING_TO_ACT_ON.format(threshold=min_success_rate)
+    return "\n".join(
+        f"# {item.partner_name}: {item.issue}\n{item.command}" for item in actions.itertuples()
+    )

@@ -1,9 +1,10 @@
 """The event catalog as a partner reads it: one section per event kind, and a signed example.
 
 Everything comes from ``service.catalog.event_entry`` (itself derived from the event models) and
-``service.webhooks.signing``, so the catalog notebook shows what the service serves and sends.
-The example delivery is signed with a published example secret at the example's own time: a
-partner's verifier must reproduce its signature exactly, which makes it a test vector.
+``service.webhooks.vectors``, so the catalog notebook shows what the service serves and sends.
+Each kind's signed example is that kind's ``single/<kind>`` case of the published test vectors
+(its own delivery id, the vectors' secret and time): a partner's verifier must reproduce its
+signatures exactly.
 """
 
 from __future__ import annotations
@@ -11,21 +12,18 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import pandas as pd
 
 from service.catalog import event_entry
 from service.events import EVENT_MODELS, EventPayload, payload_fields
-from service.webhooks.outbox import encode_payload
+from service.webhooks import vectors
 from service.webhooks.sender import USER_AGENT
-from service.webhooks.signing import signature_headers
 
 BASE_URL = "https://launchrooms.example"  # the platform's public address in every example
-# Published in the catalog notebook as a test vector's key, so it can never be a partner's secret.
-EXAMPLE_SECRET = "example-secret-for-docs-only"  # noqa: S105
-EXAMPLE_DELIVERY_ID = "dlv_01JZ8R0A2B4C6D8E0F2G4H6J8K"
+# Published with the test vectors, so it can never be a partner's secret.
+EXAMPLE_SECRET = vectors.SECRET
 EXAMPLE_ENDPOINT = "https://partner.example/webhooks/launchrooms"
 COMMON_MEMBERS = ("eventId", "event", "occurredAt")
 
@@ -81,17 +79,12 @@ def common_fields() -> pd.DataFrame:
 def signed_example(kind: str) -> SignedRequest:
     """The kind's example payload delivered as the service would: exact body bytes and headers.
 
-    Signed with ``EXAMPLE_SECRET`` at the example's ``occurredAt``, so it never changes while the
-    model does not.
+    The test vectors' ``single/<kind>`` delivery (signed with ``EXAMPLE_SECRET`` at
+    ``vectors.SIGNED_AT``), so it never changes while the model does not.
     """
-    payload = model(kind).model_validate(model(kind).EXAMPLE)
-    body = encode_payload(payload).encode("utf-8")
-    timestamp = int(datetime.fromisoformat(payload.occurredAt).timestamp())
-    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT}
-    headers |= signature_headers(
-        event=kind, delivery_id=EXAMPLE_DELIVERY_ID, body=body, secrets=[EXAMPLE_SECRET], timestamp=timestamp
-    )
-    return SignedRequest(headers, body)
+    delivery = vectors.example_delivery(model(kind).KIND)
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **delivery.headers}
+    return SignedRequest(headers, delivery.body)
 
 
 def section(kind: str) -> list[str | pd.DataFrame]:
@@ -117,8 +110,9 @@ def section(kind: str) -> list[str | pd.DataFrame]:
         fields(kind),
         "**Example payload:**\n\n" + _code("json", _pretty(entry["examplePayload"])),
         _details("JSON Schema (draft 2020-12)", _code("json", _pretty(entry["payloadSchema"]))),
-        f"**The example as a signed delivery** (secret `{EXAMPLE_SECRET}`; your verifier should "
-        "compute the same `v1=` value):\n\n" + _code("http", signed.http()),
+        f"**The example as a signed delivery**: the test vectors' `single/{kind}` case, signed with "
+        f"their secret `{EXAMPLE_SECRET}`. Your verifier should compute the same `v1=` value "
+        "(`x-service-signature`) or `v1,` value (`webhook-signature`):\n\n" + _code("http", signed.http()),
     ]
 
 

@@ -1,14 +1,17 @@
 """Re-run notebooks in place: ``python -m analytics.render notebooks`` (``make notebooks``).
 
-Run it after changing anything a notebook shows (an analysis, an event model, the demo scenario).
-The demo database is made afresh first, so the outputs come from exactly what a clean checkout
-generates; then each notebook runs top to bottom in a new kernel, from its own folder, and its
-outputs are written back. Strict nbval (``make test``) then holds every later run to them.
+Run it after changing anything a notebook shows (an analysis, an event model, the demo scenario,
+what the service stores). The demo database is made afresh first (``python -m service.demo
+--force``, in a child process: this package reads data, it never starts the service), so the
+outputs come from exactly what a clean checkout generates; then each notebook runs top to bottom in
+a new kernel, from its own folder, and its outputs are written back. Strict nbval (``make test``)
+then holds every later run to them.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from collections.abc import Iterable, Sequence
@@ -17,8 +20,7 @@ from pathlib import Path
 import nbformat
 from nbclient import NotebookClient
 
-from analytics import demo
-
+DEMO_COMMAND = ("-m", "service.demo", "--force")  # writes var/demo.db and says how long it took
 KERNEL = "python3"  # the kernel `make test` gives nbval (--nbval-kernel-name)
 CELL_TIMEOUT = 600  # seconds; the first cell that needs the demo database may make it
 
@@ -61,9 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     targets = notebooks(args.paths)
     if not args.keep_demo:
-        began = time.perf_counter()
-        summary = demo.write(demo.DEMO_PATH)
-        print(f"demo database {demo.DEMO_PATH}: {summary.line()} ({time.perf_counter() - began:.1f} s)")
+        subprocess.run([sys.executable, *DEMO_COMMAND], check=True)  # noqa: S603 - our own module
     for path in targets:
         began = time.perf_counter()
         render(path)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from service.waitlist import INTENTS as ACCEPTED_INTENTS
+from service.db.registrations import INTENTS as ACCEPTED_INTENTS
 
 # Every intent the service accepts, so an intent nobody picked yet still shows, as zero; sorted
 # because every table here is.

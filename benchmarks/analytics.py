@@ -32,8 +32,8 @@ from typing import Any
 
 from sqlalchemy import create_engine
 
-from analytics import demo
 from service.db import tables
+from service.demo import scenario
 
 SIZES = (10_000, 100_000, 1_000_000)
 SEED = 1
@@ -44,23 +44,24 @@ SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"  # how SQLAlchemy stores a DateTime in SQLi
 def registration_rows(count: int, seed: int = SEED) -> Iterator[tuple[Any, ...]]:
     """``count`` registration rows in insertion order, unique per (address, intent)."""
     rng = random.Random(seed)
-    span = demo.DAYS * 86_400
+    span = scenario.DAYS * 86_400
     offsets = sorted(rng.randrange(span) for _ in range(count))
-    intents, weights = zip(*demo.INTENT_WEIGHTS.items(), strict=True)
-    domains = [domain for domain, _ in demo.DOMAINS]
+    intents, weights = zip(*scenario.INTENT_WEIGHTS.items(), strict=True)
+    domains = [domain for domain, _ in scenario.DOMAINS]
     people: deque[tuple[str, set[str]]] = deque(maxlen=1000)  # who may come back: the recent ones
     for serial, offset in enumerate(offsets):
         intent = rng.choices(intents, weights=weights)[0]
-        person = rng.choice(people) if people and rng.random() < demo.RETURNING_SHARE else None
+        person = rng.choice(people) if people and rng.random() < scenario.RETURNING_SHARE else None
         if person is None or intent in person[1]:
-            first, last = rng.choice(demo.FIRST_NAMES), rng.choice(demo.LAST_NAMES)
+            first, last = rng.choice(scenario.FIRST_NAMES), rng.choice(scenario.LAST_NAMES)
             person = (f"{first}.{last}{serial}@{rng.choice(domains)}", set())
             people.append(person)
         email, taken = person
         taken.add(intent)
-        project = demo.project_text(rng) if rng.random() < demo.PROJECT_SHARE[intent] else None
-        message = demo.message_text(rng, project) if rng.random() < demo.MESSAGE_SHARE[intent] else None
-        at = (demo.START + timedelta(seconds=offset)).strftime(SQLITE_TIME)
+        project = scenario.project_text(rng) if rng.random() < scenario.PROJECT_SHARE[intent] else None
+        wrote = rng.random() < scenario.MESSAGE_SHARE[intent]
+        message = scenario.message_text(rng, project) if wrote else None
+        at = (scenario.START + timedelta(seconds=offset)).strftime(SQLITE_TIME)
         yield (email, email.lower(), intent, project, message, at, at)
 
 

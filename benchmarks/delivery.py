@@ -43,6 +43,8 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 RATIO_TARGET = 0.5  # the issue's bar: durable, signed, logged delivery at half a bare client's rate
 P99_TARGET_MS = 100.0
+ISOLATION_TARGET = 0.9  # a healthy partner beside hanging ones gets at least 0.9 of its rate alone
+MAX_IN_FLIGHT = 1000  # the bench partner's own cap: never below --concurrency
 
 
 # --- the receiver (its own process, so it does not share a CPU core's time with the sender) ----
@@ -58,6 +60,10 @@ def serve_receiver(port: int) -> None:
         arrivals[json.loads(body)["eventId"]] = time.time()
         return web.Response(text="ok")
 
+    async def hang(request: web.Request) -> web.Response:
+        await asyncio.sleep(3600)  # a partner that takes the request and never answers
+        return web.Response(text="late")
+
     async def stats(request: web.Request) -> web.Response:
         return web.json_response({"count": len(arrivals)})
 
@@ -70,6 +76,7 @@ def serve_receiver(port: int) -> None:
 
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/hang/{n}", hang)
     app.router.add_get("/stats", stats)
     app.router.add_get("/times", times)
     app.router.add_post("/reset", reset)
@@ -100,7 +107,11 @@ def receiver(port: int) -> Iterator[str]:
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:  # requests of the hanging partners hold its shutdown
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
 
 
 def _get(url: str) -> object:
@@ -183,13 +194,15 @@ async def setup(database_url: str, base: str) -> tuple[object, object]:
         else:
             for table in reversed(metadata.sorted_tables):
                 await conn.execute(table.delete())
-        new = partners.NewPartner(name="bench", url=f"{base}/hook", events=None)
+        # The plain client posts at `concurrency` connections to this one endpoint; the partner may
+        # have as many attempts in flight (its own cap), so both sides are held to the same bound.
+        new = partners.NewPartner(name="bench", url=f"{base}/hook", events=None, max_in_flight=MAX_IN_FLIGHT)
         await partners.create_partner(conn, new, now=_now())
     settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
     return engine, settings
 
 
-async def backlog(engine: object, count: int) -> None:
+async def backlog(engine: object, count: int, prefix: str = "svc") -> None:
     from service.events import parse_event
     from service.webhooks import outbox
 
@@ -197,7 +210,7 @@ async def backlog(engine: object, count: int) -> None:
     for start in range(0, count, 1000):
         async with engine.begin() as conn:  # type: ignore[attr-defined]
             for index in range(start, min(count, start + 1000)):
-                await outbox.publish(conn, parse_event(event(index, "svc"), now=now), now=now)
+                await outbox.publish(conn, parse_event(event(index, prefix), now=now), now=now)
 
 
 async def drain_backlog(engine: object, settings: object, count: int, concurrency: int) -> float:
@@ -228,12 +241,8 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
         for index in range(samples):
             before = worker.settled
             started = time.time()
-            result = await outbox.publish_event(
-                engine,
-                event(index, "lat"),
-                now=_now(),
-                wake=worker.wake,  # type: ignore[arg-type]
-            )
+            result = await outbox.publish_event(engine, event(index, "lat"), now=_now())  # type: ignore[arg-type]
+            worker.wake.set()
             published[result.event_id] = started
             while worker.settled == before:  # settled: delivered and logged; the queue is empty again
                 await asyncio.sleep(0.001)
@@ -244,6 +253,54 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
         arrivals = await _aget(session, f"{base}/times")
     assert isinstance(arrivals, dict)
     return sorted((arrivals[event_id] - started) * 1000 for event_id, started in published.items())
+
+
+# --- 4. one healthy partner beside K hanging ones ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Beside:
+    hanging: int
+    rate: float  # the healthy partner's deliveries per second, from the burst's commit to the last
+    p99_ms: float  # the burst's commit to each receipt
+
+
+async def beside_hanging(database_url: str, base: str, hanging: int, events: int) -> Beside:
+    """A burst of ``events`` to a healthy partner (default cap) and ``hanging`` partners that never
+    answer (default timeout), all subscribed to everything; the healthy partner's view."""
+    from service.settings import Settings
+    from service.webhooks import partners
+    from service.webhooks.worker import Worker
+
+    engine, _ = await setup(database_url, base)
+    settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
+    async with engine.begin() as conn:  # type: ignore[attr-defined]
+        await conn.execute(partners.partners.update().values(max_in_flight=None))  # the default cap
+        for n in range(hanging):
+            new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
+            await partners.create_partner(conn, new, now=_now())
+    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    await worker.start()
+    async with aiohttp.ClientSession() as session:
+        await session.post(f"{base}/reset")
+        try:
+            # The burst is one transaction, so the publisher's own cost (one delivery row per
+            # partner) does not stand in for the delivery rate being measured.
+            await backlog(engine, events, prefix=f"iso{hanging}")
+            published = time.time()
+            worker.wake.set()
+            deadline = time.monotonic() + 60
+            while (await _aget(session, f"{base}/stats")) != {"count": events}:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the healthy partner did not get all {events} events in 60 s")
+                await asyncio.sleep(0.005)
+            arrivals = await _aget(session, f"{base}/times")
+        finally:
+            await worker.stop(grace=0)
+            await engine.dispose()  # type: ignore[attr-defined]
+    assert isinstance(arrivals, dict)
+    delays = sorted((arrived - published) * 1000 for arrived in arrivals.values())
+    return Beside(hanging, events / (max(arrivals.values()) - published), _percentile(delays, 0.99))
 
 
 def _percentile(ordered: list[float], fraction: float) -> float:
@@ -324,6 +381,20 @@ async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
     print(f"  p50 {p50:6.1f} ms   p99 {p99:6.1f} ms   max {delays[-1]:6.1f} ms   "
           f"(target p99 < {P99_TARGET_MS:g} ms)")  # fmt: skip
     ok = ratio >= RATIO_TARGET and p99 < P99_TARGET_MS
+    if args.isolation:
+        results = [await beside_hanging(database_url, base, k, args.isolation) for k in (0, 1, 10, 0)]
+        alone = [r for r in results if r.hanging == 0]
+        alone_rate = max(r.rate for r in alone)
+        alone_p99 = min(r.p99_ms for r in alone)
+        print(f"isolation: {args.isolation} events published in a burst to one healthy partner beside K "
+              "partners that never answer (default cap and timeout); runs K = 0, 1, 10, 0")  # fmt: skip
+        for r in results:
+            print(f"  K={r.hanging:2d}: {r.rate:7.0f} deliveries/s, p99 {r.p99_ms:7.1f} ms   "
+                  f"rate ratio to alone {r.rate / alone_rate:4.2f}")  # fmt: skip
+        worst = min(r.rate / alone_rate for r in results if r.hanging)
+        ok = ok and worst >= ISOLATION_TARGET
+        print(f"  worst rate ratio beside hanging partners {worst:.2f} (target >= {ISOLATION_TARGET}); "
+              f"best p99 alone {alone_p99:.1f} ms")  # fmt: skip
     print("PASS" if ok else "BELOW TARGET")
     return 0 if ok else 1
 
@@ -336,6 +407,10 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200, help="events for the latency run")
     parser.add_argument("--rounds", type=int, default=3, help="plain/service pairs; the best counts")
     parser.add_argument("--database-url", help="default: a temporary SQLite file")
+    parser.add_argument(
+        "--isolation", type=int, default=0, metavar="EVENTS",
+        help="also send this many events to a healthy partner beside 1 and 10 hanging ones",
+    )  # fmt: skip
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.receive:

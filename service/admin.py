@@ -1,47 +1,156 @@
-"""Admin routes: bearer-token guarded, hidden (404) when no token is configured, never in OpenAPI."""
+"""Admin routes and the guard in front of every ``/admin`` path.
+
+With ``SERVICE_ADMIN_TOKEN`` set, every request whose path is under ``/admin`` must carry it as a
+bearer token, whatever its path or method: the guard runs before routing, so an unknown path or
+a wrong method answers 401 like any other, and nothing (404 against 405, an ``Allow`` header)
+maps the routes to a client without the token. Without a token the whole prefix answers 404.
+Failed attempts are counted per client on the rate-limit storage; a client over the limit is
+answered 429, even with the right token, until its window frees a slot.
+
+Every admin blueprint also records who is calling (the client address) for the audit trail
+(``service.audit``), which the operations write; the waitlist routes are thin adapters over
+``service.registrations_ops``.
+"""
 
 from __future__ import annotations
 
 import hmac
+import logging
+import math
+import time
+from typing import Any
 
-from sanic import Blueprint, HTTPResponse, Request
+from limits import RateLimitItem, parse
+from limits.aio.storage import Storage
+from limits.aio.strategies import SlidingWindowCounterRateLimiter
+from sanic import Blueprint, HTTPResponse, Request, Sanic
 from sanic.response import json as json_response
 from sanic.response import raw
+from sanic.signals import Event
 
-from service.db import registrations as store
-from service.errors import BadRequest, FieldError, NotFound, Unauthorized
+from service import audit
+from service.errors import (
+    BadRequest,
+    FieldError,
+    NotFound,
+    ServiceUnavailable,
+    TooManyRequests,
+    Unauthorized,
+)
+from service.metrics import CONTENT_TYPE
+from service.params import refuse_unknown
+from service.registrations_ops import Page, RegistrationOperations
+from service.waitlist import client_address
 
-MAX_PAGE = 10_000  # entries per page of /admin/waitlist: a page of JSON stays a few MB at most
+log = logging.getLogger(__name__)
+
+PREFIX = "/admin"
+# Failed bearer tokens one client may present: a 32-character token is out of reach at ten
+# guesses a minute, and a script holding a stale token is stopped before it floods the logs.
+FAILED_ATTEMPTS_LIMIT = "10/minute"
+SCOPE = "admin-auth"  # the counters' key space, apart from the waitlist's on the same storage
 
 
-def check_token(request: Request) -> None:
+class FailedAttempts:
+    """Failed admin authentications per client: limits' sliding-window counter on ``storage``.
+
+    The storage is the rate limiter's (``SERVICE_RATE_LIMIT_STORAGE``), so with Redis every
+    process counts against one limit per client.
+    """
+
+    def __init__(self, storage: Storage, limit: str = FAILED_ATTEMPTS_LIMIT) -> None:
+        self._strategy = SlidingWindowCounterRateLimiter(storage)
+        self._item: RateLimitItem = parse(limit)
+
+    async def refused(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again, when it is over the limit; else None."""
+        if await self._strategy.test(self._item, SCOPE, client):
+            return None
+        return await self._retry_after(client)
+
+    async def fail(self, client: str) -> bool:
+        """Count one failed attempt; True when ``client`` has now used up the limit."""
+        counted = await self._strategy.hit(self._item, SCOPE, client)
+        return not counted or not await self._strategy.test(self._item, SCOPE, client)
+
+    async def _retry_after(self, client: str) -> int:
+        stats = await self._strategy.get_window_stats(self._item, SCOPE, client)
+        return max(1, math.ceil(stats.reset_time - time.time()))
+
+
+def is_admin_path(path: str) -> bool:
+    return path == PREFIX or path.startswith(PREFIX + "/")
+
+
+def _token_matches(request: Request, expected: str) -> bool:
+    scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
+    # compare_digest on bytes: constant time whatever the token holds.
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+
+
+async def check_token(request: Request) -> None:
+    """Let the request through, or raise 404 (no token configured), 429 (too many failures) or 401."""
+    if getattr(request.ctx, "admin", False):
+        return  # already checked before routing
     expected: str | None = request.app.ctx.settings.admin_token
     if not expected:
         raise NotFound()
-    scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
-    # compare_digest on bytes: constant time whatever the token holds.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(
-        given.strip().encode(), expected.encode()
-    ):
+    attempts: FailedAttempts = request.app.ctx.admin_attempts
+    client = client_address(request)
+    failed = locked = False
+    try:
+        wait = await attempts.refused(client)
+        if wait is None and not _token_matches(request, expected):
+            failed = True
+            locked = await attempts.fail(client)
+    except Exception as error:  # the rate-limit storage is unreachable: no unlimited guessing
+        log.warning("admin authentication could not be counted", exc_info=True)
+        raise ServiceUnavailable() from error
+    if wait is not None:
+        raise TooManyRequests(wait)
+    if failed:
+        if locked:  # said once, when the client reaches the limit, not on every refusal after it
+            log.warning("admin authentication locked: too many failed attempts", extra={"client": client})
         raise Unauthorized(headers={"WWW-Authenticate": 'Bearer realm="admin"'})
+    request.ctx.admin = True
+
+
+def guard(app: Sanic[Any, Any]) -> None:
+    """Check every ``/admin`` request before routing, so unknown paths and methods answer alike."""
+
+    async def before_routing(request: Request) -> None:
+        if is_admin_path(request.path):
+            await check_token(request)
+
+    app.signal(Event.HTTP_ROUTING_BEFORE)(before_routing)
+
+
+def record_actor(request: Request) -> None:
+    """Who the operations of this request act for, in the audit trail: the client address."""
+    audit.act_as(client_address(request))
 
 
 def admin_blueprint(name: str) -> Blueprint:
     """A blueprint under /admin whose every route demands the bearer token."""
-    bp = Blueprint(name, url_prefix="/admin")
+    bp = Blueprint(name, url_prefix=PREFIX)
+    # The guard already ran for these paths; this holds should a route ever be reached otherwise.
     bp.on_request(check_token, priority=100)
+    bp.on_request(record_actor, priority=99)
     return bp
 
 
-def int_arg(request: Request, name: str, default: int, low: int, high: int) -> int:
-    text = request.args.get(name)
-    if text is None:
-        return default
-    if not text.isdigit() or not low <= int(text) <= high:
-        raise BadRequest(
-            errors=[FieldError(name, "invalid", f"Must be a whole number from {low} to {high}.")]
-        )
-    return int(text)
+def query_args(request: Request) -> dict[str, str]:
+    """The query string as one value per name; a name given twice is refused, never guessed at."""
+    args: dict[str, str] = {}
+    for name, value in request.query_args:
+        if name in args:
+            raise BadRequest(errors=[FieldError(name, "repeated", "This parameter appears more than once.")])
+        args[name] = value
+    return args
+
+
+def _registrations(request: Request) -> RegistrationOperations:
+    return RegistrationOperations(request.app.ctx.engine)
 
 
 def create_blueprint() -> Blueprint:
@@ -49,20 +158,22 @@ def create_blueprint() -> Blueprint:
 
     @bp.get("/waitlist")
     async def waitlist(request: Request) -> HTTPResponse:
-        limit = int_arg(request, "limit", 1000, 1, MAX_PAGE)
-        offset = int_arg(request, "offset", 0, 0, 2**62)
-        async with request.app.ctx.engine.connect() as conn:
-            entries = await store.list_registrations(conn, limit=limit, offset=offset)
-        return json_response({"entries": entries})
+        page = Page.parse(query_args(request))
+        return json_response(await _registrations(request).list_registrations(page))
+
+    @bp.delete("/waitlist")
+    async def erase(request: Request) -> HTTPResponse:
+        args = query_args(request)
+        refuse_unknown(args, ("email",))
+        return json_response(await _registrations(request).erase_registrations(args.get("email")))
 
     @bp.get("/metrics")
     async def metrics(request: Request) -> HTTPResponse:
-        refresh = getattr(request.app.ctx, "refresh_metrics", None)
-        if refresh is not None:
-            await refresh()
+        ctx = request.app.ctx
+        ctx.metrics.set_outbox(await ctx.operations.outbox_stats(), ctx.clock())
         return raw(
-            request.app.ctx.metrics.render(),
-            content_type="text/plain; version=0.0.4; charset=utf-8",
+            ctx.metrics.render(),
+            content_type=CONTENT_TYPE,
         )
 
     return bp

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from typing import Any
 
 from sanic import Sanic
 from sanic.config import Config
@@ -19,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import admin, collector, cors, health, logs, waitlist
 from service.bodies import MAX_BODY_BYTES
+from service.clock import Clock, utc_now
 from service.db.batch import BatchWriter
 from service.db.engine import create_engine
 from service.db.registrations import Registration
@@ -30,15 +28,13 @@ from service.ids import IdSource, new_id
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.settings import Settings
-from service.webhooks import runtime as webhooks
+from service.webhooks import admin as webhook_admin
+from service.webhooks import runtime
+from service.webhooks.operations import Operations
+from service.webhooks.ssrf import Resolve, system_resolve
 
-Clock = Callable[[], datetime]
 App = Sanic[Config, "Context"]
 _names = itertools.count()
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -52,10 +48,13 @@ class Context:
     metrics: Metrics = field(default_factory=Metrics)
     engine: AsyncEngine = field(init=False)
     limiter: RateLimiter = field(init=False)
+    admin_attempts: admin.FailedAttempts = field(init=False)  # failed admin tokens per client
     writer: RegistrationWriter = field(init=False)  # one driver call per batch
     registrations: BatchWriter[Registration, None] = field(init=False)  # the group commit in front of it
     discovery: Discovery = field(init=False)  # rendered documents; rooms_changed() after a publish
-    extras: dict[str, Any] = field(default_factory=dict)
+    webhooks: runtime.Webhooks = field(init=False)  # wake-up, test-delivery sender, in-process worker
+    operations: Operations = field(init=False)  # the admin use cases (service.webhooks.operations)
+    resolve: Resolve = system_resolve  # name resolution for partner URLs; tests swap it
     trusts_proxies: bool = False  # Sanic's proxy settings are set: client addresses from headers
 
 
@@ -93,10 +92,12 @@ def create_app(
         configure_logging=not structured_logs,
     )
     app.ctx.trusts_proxies = waitlist.trusts_proxies(app.config)
+    admin.guard(app)
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())
     app.blueprint(admin.create_blueprint())
+    app.blueprint(webhook_admin.create_blueprint())
     # Rendered now, so a bad content file stops the start before anything is served.
     app.ctx.discovery = build_discovery(settings, clock)
     app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))
@@ -107,6 +108,7 @@ def create_app(
         ctx.engine = create_engine(settings.database_url)
         ctx.limiter = RateLimiter(settings)
         ctx.limiter.start()
+        ctx.admin_attempts = admin.FailedAttempts(ctx.limiter.storage)
 
         ctx.writer = registration_writer(ctx.engine)
         ctx.registrations = BatchWriter(ctx.writer.write, split=refused_rows, name="registration batch")
@@ -127,5 +129,5 @@ def create_app(
             collector.tune()
 
     # After open_resources, so its listeners find the engine open (and close before it is disposed).
-    webhooks.install(app)
+    runtime.install(app)
     return app

@@ -16,7 +16,7 @@ from service.errors import BadRequest, FieldError, PayloadTooLarge, UnsupportedM
 
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
-MAX_BODY_BYTES = 64 * 1024  # DESIGN.md: bodies over 64 KiB are refused with 413
+MAX_BODY_BYTES = 64 * 1024  # docs/architecture.md "Waitlist intake": bodies over 64 KiB are refused with 413
 _UTF8 = {"utf-8", "utf8"}
 
 

@@ -11,28 +11,30 @@ from typing import Any
 from service.events import (
     EVENT_MODELS,
     EventPayload,
+    WebhookTest,
     dedupe_composition,
     example_payload,
     payload_fields,
     payload_json_schema,
 )
 from service.settings import Settings
-from service.webhooks.signing import signature_description
+from service.webhooks.retry import DEFAULT_SCHEDULE, JITTER, MAX_RETRY_AFTER
+from service.webhooks.signing import STANDARD_ID_HEADER, signature_description
 
-# Spec "Versioning".
+# docs/architecture.md "Public contract".
 INTERFACE_VERSION = "0.1.0"
 PUBLIC_API_VERSION = "2026-06-29"
 SCHEMA_VERSION = "1.0"
 
 CATALOG_KIND = "service.project.webhook-catalog"
 EVENT_SCHEMA_KIND = "service.public.webhook-event-schema"
-DELIVERY_STATUS = "schema-ready"  # spec "Events / Delivery": every event is schema-ready
+DELIVERY_STATUS = "schema-ready"  # for every event (docs/architecture.md "Events and the catalog")
 
-# The documented default of SERVICE_WEBHOOK_RETRY_SCHEDULE (DESIGN.md "Settings"): the catalog
-# describes the platform's promise, not whatever one deployment overrides it with.
-# The documented default, read from the one place it is defined.
-DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = Settings.model_fields["webhook_retry_schedule"].default
-RETRY_JITTER = 0.2
+# The catalog describes the platform's promise, the documented default retry policy
+# (docs/architecture.md "Retries"), not whatever one deployment overrides it with.
+DEFAULT_RETRY_SCHEDULE = DEFAULT_SCHEDULE
+RETRY_JITTER = JITTER
+ATTEMPT_TIMEOUT = Settings.model_fields["webhook_timeout"].default  # SERVICE_WEBHOOK_TIMEOUT
 
 DELIVERY_MODEL = (
     "Signed HTTPS POST of the event payload as JSON to partner-owned endpoints, only for partners "
@@ -74,12 +76,39 @@ SAFETY_BOUNDARIES = [
 def _retry_text() -> str:
     delays = ", ".join(f"{delay:g}" for delay in DEFAULT_RETRY_SCHEDULE)
     return (
-        "A 2xx answer is success. Any other status, a timeout or a refused connection is retried "
+        f"A 2xx answer within {ATTEMPT_TIMEOUT:g} seconds is success. Any other status, a "
+        "timeout or a refused connection is retried "
         f"after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects are not followed). "
-        "A 410 answer pauses the partner until it is resumed. When the schedule is exhausted the "
-        "delivery is failed until an admin retries it. A retry keeps its x-service-delivery id "
-        "and is signed with a fresh timestamp."
+        "A Retry-After header (seconds or an HTTP date) may lengthen the next wait, up to the "
+        f"larger of the scheduled delay and {MAX_RETRY_AFTER:g} seconds, but never shortens it. "
+        "A 410 answer pauses the partner: nothing more is sent until it is resumed, and then "
+        "that delivery goes out again with everything that waited. When the schedule is "
+        "exhausted the delivery is failed until an admin retries it. A retry keeps its "
+        f"x-service-delivery ({STANDARD_ID_HEADER}) id and is signed with a fresh timestamp."
     )
+
+
+def _test_delivery_text() -> str:
+    return (
+        f"An admin can send a signed {WebhookTest.KIND} delivery to check an endpoint and its "
+        "signature check: sent once, at once, whatever event kinds the partner subscribes to; "
+        "signed like every delivery; never retried, and its answer (410 included) changes "
+        "nothing. It is not one of the events: its payload is described by testEvent."
+    )
+
+
+def webhook_test_entry() -> dict[str, Any]:
+    """The catalog's ``testEvent``: the admin test delivery's payload, described like an event."""
+    return {
+        "id": WebhookTest.KIND,
+        "summary": WebhookTest.SUMMARY,
+        "trigger": WebhookTest.TRIGGER,
+        "trustBoundary": WebhookTest.TRUST_BOUNDARY,
+        "subscribable": False,
+        "payloadFields": payload_fields(WebhookTest),
+        "examplePayload": example_payload(WebhookTest),
+        "payloadSchema": payload_json_schema(WebhookTest),
+    }
 
 
 def _subscription_model() -> dict[str, str]:
@@ -92,6 +121,7 @@ def _subscription_model() -> dict[str, str]:
             "are admin operations too."
         ),
         "retry": _retry_text(),
+        "testDelivery": _test_delivery_text(),
     }
 
 
@@ -105,7 +135,7 @@ def schema_url(base_url: str, event_id: str) -> str:
 
 
 def event_entry(base_url: str, model: type[EventPayload]) -> dict[str, Any]:
-    """One member of ``events``: the spec's eight members, then the schema and where it lives."""
+    """One member of ``events``: the eight published members, then the schema and where it lives."""
     return {
         "id": model.KIND,
         "summary": model.SUMMARY,
@@ -133,6 +163,7 @@ def catalog_document(base_url: str) -> dict[str, Any]:
         "safetyBoundaries": list(SAFETY_BOUNDARIES),
         "signature": signature_description(),
         "subscriptionModel": _subscription_model(),
+        "testEvent": webhook_test_entry(),
     }
 
 

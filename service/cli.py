@@ -6,17 +6,19 @@ Each command reads ``Settings()`` from the environment, so the CLI and the serve
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
+import ipaddress
 import json
 import logging
 import sys
 from collections.abc import Callable, Sequence
 from functools import partial
-from typing import Any, TextIO
+from typing import Any, NoReturn
 
-from service.db.engine import create_engine, migrate
-from service.db.registrations import COLUMNS, iter_registrations
+from service import commands
+from service.db.engine import migrate
+from service.db.registrations import COLUMNS
+from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.webhooks import cli as webhooks_cli
 
@@ -31,7 +33,35 @@ def neutralise(cell: Any) -> Any:
     return cell
 
 
-def serve_warnings(settings: Settings, workers: int) -> list[str]:
+def _unspecified(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        return False  # a name, not an address
+
+
+def listen_base_url(host: str, port: int) -> str:
+    """``http://HOST:PORT`` as this machine reaches ``serve --host HOST --port PORT``.
+
+    Listening on every interface (0.0.0.0, ::) is reached on loopback here; an IPv6 address is
+    bracketed, as URLs write them.
+    """
+    if _unspecified(host):
+        host = "::1" if ":" in host else "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{port}"
+
+
+def serve_settings(settings: Settings, host: str, port: int) -> Settings:
+    """The settings ``serve`` runs with: unless ``SERVICE_BASE_URL`` is set, every absolute URL in
+    the documents names the host and port being served, so ``--port 9000`` links to port 9000."""
+    if "base_url" in settings.model_fields_set:  # set in the environment (or by the caller)
+        return settings
+    return settings.model_copy(update={"base_url": listen_base_url(host, port)})
+
+
+def serve_warnings(settings: Settings, workers: int, host: str = "127.0.0.1") -> list[str]:
     """What an operator should know before ``serve`` starts with these settings."""
     warnings = []
     if workers > 1 and settings.rate_limit_storage.startswith("memory://"):
@@ -39,6 +69,11 @@ def serve_warnings(settings: Settings, workers: int) -> list[str]:
             f"each of the {workers} server processes keeps its own rate-limit counters "
             f"(SERVICE_RATE_LIMIT_STORAGE=memory://), so a client may make up to {workers} times "
             "SERVICE_WAITLIST_RATE_LIMIT; set SERVICE_RATE_LIMIT_STORAGE=redis://HOST:PORT to share them"
+        )
+    if _unspecified(host) and "base_url" not in settings.model_fields_set:
+        warnings.append(
+            f"serving on every interface ({host}) with SERVICE_BASE_URL unset: the documents name "
+            "this machine's loopback address; set SERVICE_BASE_URL to the address clients use"
         )
     return warnings
 
@@ -51,8 +86,9 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.app import create_app
 
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
-    for warning in serve_warnings(settings, args.workers):
+    for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
+    settings = serve_settings(settings, args.host, args.port)
     migrate(settings.database_url)
     factory = partial(
         create_app,
@@ -86,60 +122,107 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-async def _export(settings: Settings, fmt: str, out: TextIO) -> int:
-    engine = create_engine(settings.database_url)
-    count = 0
-    try:
-        async with engine.connect() as conn:
-            writer = csv.writer(out, lineterminator="\n") if fmt == "csv" else None
-            if writer is not None:
-                writer.writerow(COLUMNS)
-            async for entry in iter_registrations(conn):
-                if writer is not None:
-                    writer.writerow([neutralise(entry[column]) for column in COLUMNS])
-                else:
-                    out.write(json.dumps(entry, ensure_ascii=False) + "\n")
-                count += 1
-    finally:
-        await engine.dispose()
-    return count
-
-
 def cmd_waitlist_export(args: argparse.Namespace, settings: Settings) -> int:
-    migrate(settings.database_url)
-    count = asyncio.run(_export(settings, args.format, sys.stdout))
-    print(f"exported {count} registrations", file=sys.stderr)
-    return 0
+    writer = csv.writer(sys.stdout, lineterminator="\n") if args.format == "csv" else None
+    if writer is not None:
+        writer.writerow(COLUMNS)
+
+    def write(entry: dict[str, Any]) -> None:
+        if writer is not None:
+            writer.writerow([neutralise(entry[column]) for column in COLUMNS])
+        else:
+            sys.stdout.write(json.dumps(entry, ensure_ascii=False) + "\n")
+
+    def show(answer: dict[str, int]) -> None:
+        print(f"exported {answer['exported']} registrations", file=sys.stderr)
+
+    return commands.run(
+        settings, lambda engine: RegistrationOperations(engine).export_registrations(write), show=show
+    )
+
+
+def cmd_waitlist_erase(args: argparse.Namespace, settings: Settings) -> int:
+    return commands.run(
+        settings, lambda engine: RegistrationOperations(engine).erase_registrations(args.email)
+    )
+
+
+DESCRIPTION = """\
+The launch waitlist, discovery and webhook service: serve it, migrate its database, and run the
+operator's commands. Every command reads the same SERVICE_* environment variables as the server,
+so a command and the server always agree; each command's --help lists the ones it reads."""
+DATABASE = commands.DATABASE
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m service", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="python -m service",
+        description=DESCRIPTION,
+        epilog=commands.settings_help(commands.EVERY_SETTING),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    serve = commands.add_parser("serve", help="migrate, then serve HTTP (and deliver webhooks)")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8000)
-    serve.add_argument("--workers", type=int, default=1, help="server processes")
+    serve = commands.add_command(
+        group,
+        "serve",
+        "migrate, then serve HTTP and deliver webhooks",
+        details="The public API, the discovery documents and the admin API on --host:--port. Unless "
+        "--no-worker, each server process also delivers webhooks.",
+        settings=commands.EVERY_SETTING,
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
+    serve.add_argument("--workers", type=int, default=1, help="server processes (default: %(default)s)")
     serve.add_argument("--no-worker", action="store_true", help="do not deliver webhooks from this server")
     serve.set_defaults(run=cmd_serve)
 
-    commands.add_parser("migrate", help="bring the database to the latest schema").set_defaults(
-        run=cmd_migrate
-    )
+    commands.add_command(
+        group,
+        "migrate",
+        "bring the database to the latest schema",
+        details="Safe at any time; serve and every command also migrate before they start.",
+        settings=DATABASE,
+    ).set_defaults(run=cmd_migrate)
 
-    waitlist = commands.add_parser("waitlist", help="waitlist registrations")
-    waitlist_commands = waitlist.add_subparsers(dest="waitlist_command", required=True)
-    export = waitlist_commands.add_parser("export", help="write every registration to stdout")
-    export.add_argument("--format", choices=("csv", "jsonl"), default="csv")
+    waitlist = commands.add_command(group, "waitlist", "waitlist registrations", settings=DATABASE)
+    waitlist_commands = waitlist.add_subparsers(dest="waitlist_command", required=True, metavar="COMMAND")
+    export = commands.add_command(
+        waitlist_commands,
+        "export",
+        "write every registration to stdout, oldest first",
+        details="CSV cells a spreadsheet would run as a formula get a leading quote; JSONL keeps "
+        "every value exactly as stored.",
+        settings=DATABASE,
+    )
+    export.add_argument("--format", choices=("csv", "jsonl"), default="csv", help="default: %(default)s")
     export.set_defaults(run=cmd_waitlist_export)
+    erase = commands.add_command(
+        waitlist_commands,
+        "erase",
+        "erase every registration of an address",
+        details='Every intent, matched as the waitlist matches addresses: trimmed, whatever the case. '
+        'Prints {"erased": n}; an address the waitlist does not hold erases 0.',
+        settings=DATABASE,
+    )
+    erase.add_argument("--email", required=True, help="the address, in any case")
+    erase.set_defaults(run=cmd_waitlist_erase)
 
     for register in _EXTENSIONS:
-        register(commands)
+        register(group)
     return parser
 
 
 # Other packages add their command groups (partners, events, worker) here.
 _EXTENSIONS: list[Callable[[Any], None]] = [webhooks_cli.register]
+
+
+def entry() -> NoReturn:
+    """The program: JSON log lines on stderr (the audit trail among them), then the command."""
+    from service import logs
+
+    logs.configure()
+    sys.exit(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

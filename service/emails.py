@@ -1,12 +1,19 @@
-"""Checking an email address: email-validator's verdict, with its verdicts on domains remembered.
+"""Checking an email address: email-validator's result, with its verdicts on domains remembered.
 
 email-validator (without DNS) spends about two thirds of a call on the part after the @-sign: IDNA
 and Unicode checks, character by character. A waitlist sees the same few domains over and over, so
-``check_email`` takes the plain case (an ASCII address with one @-sign and no quoting, angle brackets
-or domain literal) through email-validator's own steps, in ``validate_email``'s order, with the
-domain step's answer cached per domain. Anything else, and any address a step refuses, goes to
-``validate_email`` whole, so every refusal is the library's own, with its message. A property test
-holds ``check_email`` and ``validate_email`` to the same verdict on every address it generates.
+``validated_email`` takes the plain case (an ASCII address with one @-sign and no quoting, angle
+brackets or domain literal) through the steps of ``validate_email``, in its order, with the domain
+step's answer cached per domain. Anything else, and any address a step refuses, goes to
+``validate_email`` whole, so every refusal is the library's own, with its message.
+
+Those steps live in ``email_validator.syntax`` and ``email_validator.rfc_constants``, which are not
+email-validator's public API. They are replayed for speed: a registration costs about 100 µs of
+server CPU with them and about 165 µs with ``validate_email`` alone, which takes registrations from
+0.56 to 0.34 of a bare handler (``python -m benchmarks.waitlist``, SQLite, one worker). So
+pyproject.toml pins email-validator to the one version this was proven on; ``tests/test_emails.py``
+fails, naming the step and the version, the day a step moves, and a property test holds
+``validated_email`` to ``validate_email``'s whole result on every address it generates.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import functools
 
 import email_validator
 from email_validator import EmailNotValidError, ValidatedEmail, validate_email
+from email_validator.rfc_constants import CASE_INSENSITIVE_MAILBOX_NAMES
 from email_validator.syntax import (
     validate_email_domain_name,
     validate_email_length,
@@ -41,15 +49,16 @@ def _domain(domain: str) -> tuple[str, str] | None:
     return info["domain"], info["ascii_domain"]
 
 
-def _plain_address_is_valid(address: str) -> bool:
+def _plain(address: str) -> ValidatedEmail | None:
+    """``validate_email``'s result for a plain ASCII address, or None to ask it whole."""
     if not address.isascii() or address.count("@") != 1 or not _NOT_PLAIN.isdisjoint(address):
-        return False
+        return None
     local, domain = address.split("@")
     if not domain:
-        return False
+        return None
     forms = _domain(domain)
     if forms is None:
-        return False
+        return None
     try:
         # ASCII needs no Unicode normalization, so one pass over the local part is the whole check.
         local_info = validate_email_local_part(
@@ -59,22 +68,41 @@ def _plain_address_is_valid(address: str) -> bool:
             quoted_local_part=False,
             strict=email_validator.STRICT,
         )
-        checked = ValidatedEmail()
-        checked.original = address
-        checked.local_part = local_info["local_part"]
-        checked.ascii_local_part = local_info["ascii_local_part"]
-        checked.domain, checked.ascii_domain = forms
-        checked.normalized = f"{checked.local_part}@{checked.domain}"
+    except EmailNotValidError:
+        return None
+    checked = ValidatedEmail()
+    checked.original = address
+    checked.display_name = None
+    checked.smtputf8 = local_info["smtputf8"]
+    checked.local_part = local_info["local_part"]
+    checked.ascii_local_part = local_info["ascii_local_part"]
+    mailbox = checked.ascii_local_part
+    if mailbox is not None and mailbox.lower() in CASE_INSENSITIVE_MAILBOX_NAMES:  # RFC 2142
+        checked.ascii_local_part = mailbox.lower()
+        checked.local_part = checked.local_part.lower()
+    checked.domain, checked.ascii_domain = forms
+    checked.normalized = f"{checked.local_part}@{checked.domain}"
+    checked.ascii_email = (
+        f"{checked.ascii_local_part}@{checked.ascii_domain}" if checked.ascii_local_part else None
+    )
+    try:
         validate_email_length(checked)
     except EmailNotValidError:
-        return False
-    return True
+        return None
+    return checked
+
+
+def validated_email(address: str) -> ValidatedEmail:
+    """email-validator's result for ``address`` (no DNS): ``normalized``, ``ascii_email`` and the rest.
+
+    Raises ``EmailNotValidError`` (email-validator's, with its message) where the address is not valid.
+    """
+    return _plain(address) or validate_email(address, check_deliverability=False)
 
 
 def check_email(address: str) -> None:
     """Raise ``EmailNotValidError`` (email-validator's, with its message) unless ``address`` is valid."""
-    if not _plain_address_is_valid(address):
-        validate_email(address, check_deliverability=False)
+    validated_email(address)
 
 
 def cached_domains() -> int:

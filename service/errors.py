@@ -14,26 +14,27 @@
 Every error answers ``{"ok": false, "message": "...", "errors": [...]}`` (``errors`` only where
 fields are at fault). ``message`` is a fixed human sentence chosen by the service, never text the
 client sent, so nothing a client submits is echoed back.
+
+Operations raise the domain errors of ``service.exceptions``; ``from_domain`` is the one place
+they become statuses (InvalidInput 400, UnknownResource 404, StateConflict 409).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sanic.exceptions import SanicException
 
+from service.exceptions import (
+    DomainError,
+    FieldError,
+    InvalidInput,
+    StateConflict,
+    UnknownResource,
+    error_body,
+)
 
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    """One field at fault: ``field`` is a dotted path, ``code`` a stable machine token."""
-
-    field: str
-    code: str
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"field": self.field, "code": self.code, "message": self.message}
+__all__ = ["FieldError", "ServiceError", "from_domain"]
 
 
 class ServiceError(SanicException):
@@ -54,10 +55,7 @@ class ServiceError(SanicException):
         self.field_errors = list(errors or ())
 
     def body(self) -> dict[str, Any]:
-        document: dict[str, Any] = {"ok": False, "message": self.text}
-        if self.field_errors:
-            document["errors"] = [error.as_dict() for error in self.field_errors]
-        return document
+        return error_body(self.text, self.field_errors)
 
 
 class BadRequest(ServiceError):
@@ -107,3 +105,18 @@ class TooManyRequests(ServiceError):
 class ServiceUnavailable(ServiceError):
     status_code = 503
     message = "The service is briefly unavailable; try again shortly."
+
+
+_STATUS_OF: tuple[tuple[type[DomainError], type[ServiceError]], ...] = (
+    (InvalidInput, BadRequest),
+    (UnknownResource, NotFound),
+    (StateConflict, Conflict),
+)
+
+
+def from_domain(error: DomainError) -> ServiceError:
+    """The HTTP answer to a domain error: same sentence, same field errors, the matching status."""
+    for domain, http in _STATUS_OF:
+        if isinstance(error, domain):
+            return http(error.message, errors=error.field_errors)
+    return ServiceError(error.message, errors=error.field_errors)

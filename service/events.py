@@ -38,13 +38,15 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from service.errors import BadRequest, FieldError
+from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
+from service.text import NOT_UNICODE_MESSAGE, storable
 from service.wire import omit_nulls
 
 # --- member types -----------------------------------------------------------------------------
 
-NonEmptyStr = Annotated[str, StringConstraints(min_length=1)]
+# Every string member is held to the registrations' rule (service.text): no NUL, no lone surrogates.
+NonEmptyStr = Annotated[str, StringConstraints(min_length=1), AfterValidator(storable)]
 
 # RFC 3986 characters only, so a value the model accepts also passes a JSON Schema `format: uri`
 # check on the partner's side; the lowercase scheme keeps the schema's pattern and the model equal.
@@ -65,10 +67,11 @@ def _absolute_http_url(value: str) -> str:
     return value
 
 
-def format_timestamp(moment: datetime) -> str:
-    """``moment`` as ISO-8601 UTC ending in ``Z``; a naive datetime is a bug, not UTC."""
+def format_occurred_at(moment: datetime) -> str:
+    """``moment`` as a payload's ``occurredAt``: ISO-8601 UTC ending in ``Z``, microseconds only
+    where the publisher gave them (the published pattern); a naive datetime is a bug, not UTC."""
     if moment.tzinfo is None or moment.utcoffset() is None:
-        raise ValueError("format_timestamp needs an aware datetime")
+        raise ValueError("format_occurred_at needs an aware datetime")
     return moment.astimezone(UTC).isoformat().removesuffix("+00:00") + "Z"
 
 
@@ -79,7 +82,7 @@ def _utc_timestamp(value: str) -> str:
         if moment.tzinfo is None or moment.utcoffset() is None:
             # Reading a naive time as UTC would silently shift events by the sender's offset.
             raise PydanticCustomError("invalid", message)
-        return format_timestamp(moment)
+        return format_occurred_at(moment)
     except (ValueError, OverflowError):  # unparsable, or an offset pushing it past year 1..9999
         raise PydanticCustomError("invalid", message) from None
 
@@ -322,7 +325,8 @@ class RoomArcadeHighScore(EventPayload):
     game: NonEmptyStr = Field(description="Arcade game id.")
     playerName: NonEmptyStr = Field(description="Public display name of the player.")
     score: Number = Field(description="The score recorded.")
-    # The spec's dedupe key names scoreId without listing it (DESIGN.md "Events and the catalog").
+    # The published dedupe key names scoreId, which the field list lacks (docs/architecture.md
+    # "Events and the catalog").
     scoreId: NonEmptyStr | None = Field(
         default=None,
         description=(
@@ -401,7 +405,7 @@ class PlatformMilestone(EventPayload):
     value: Number = Field(description="Milestone value where numeric.")
 
 
-# The spec's order, which is also the catalog's.
+# The published order (docs/architecture.md "Events and the catalog"), which is also the catalog's.
 EVENT_MODELS: dict[str, type[EventPayload]] = {
     model.KIND: model
     for model in (
@@ -418,6 +422,29 @@ EVENT_MODELS: dict[str, type[EventPayload]] = {
 }
 
 
+
+
+class WebhookTest(EventPayload):
+    """The admin's test delivery. Not one of the catalog's event kinds: nobody subscribes to it, it
+    is never published, and ``parse_event`` refuses it. The catalog documents it as ``testEvent``."""
+
+    SUMMARY = "A test delivery an admin sends to check a partner endpoint and its signature check."
+    TRIGGER = "An admin runs the partner test; it is sent once, at once, whatever kinds you subscribe to."
+    TRUST_BOUNDARY = "Says nothing about any room or project: verify it, answer 2xx, act on nothing."
+    DEDUPE_PARTS = ("eventId",)
+    EXAMPLE = {
+        "eventId": "evt_01JZ8QT2M4N6P8R0S2T4V6W8X0",
+        "event": "webhook.test",
+        "occurredAt": "2026-06-29T12:00:00.123456Z",
+        "partnerId": "ptn_01JZ8Q0A1B2C3D4E5F6G7H8J9K",
+        "test": True,
+    }
+
+    event: Literal["webhook.test"] = Field(description=EVENT_DESCRIPTION)
+    partnerId: NonEmptyStr = Field(description="Your partner id: the endpoint the test was sent to.")
+    test: Literal[True] = Field(description="Always true: a test delivery, never a real event.")
+
+
 # --- parsing ----------------------------------------------------------------------------------
 
 
@@ -429,29 +456,29 @@ def new_event_id() -> str:
 def parse_event(data: object, *, now: datetime, new_id: Callable[[], str] = new_event_id) -> EventPayload:
     """Validate ``{event: kind, ...members}`` strictly, filling ``eventId`` and ``occurredAt``.
 
-    Raises ``BadRequest`` naming each member at fault; messages are fixed sentences, so nothing
+    Raises ``InvalidInput`` naming each member at fault; messages are fixed sentences, so nothing
     the publisher sent is echoed back.
     """
     if not isinstance(data, Mapping):
-        raise BadRequest(errors=[FieldError("body", "invalid_type", "The event must be a JSON object.")])
+        raise InvalidInput(errors=[FieldError("body", "invalid_type", "The event must be a JSON object.")])
     kind = data.get("event")
     model = EVENT_MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
         error = FieldError("event", "unknown_event", "Name one of the event kinds in the catalog.")
-        raise BadRequest(errors=[error])
+        raise InvalidInput(errors=[error])
     members = dict(data)
     if "eventId" not in members:
         members["eventId"] = new_id()
     if "occurredAt" not in members:
-        members["occurredAt"] = format_timestamp(now)
+        members["occurredAt"] = format_occurred_at(now)
     try:
         return model.model_validate(members)
     except ValidationError as exc:
-        raise BadRequest(errors=[_field_error(error) for error in exc.errors()]) from None
+        raise InvalidInput(errors=[_field_error(error) for error in exc.errors()]) from None
 
 
 # Our own validators raise these codes with fixed messages; pydantic's built-in ones are mapped.
-_OWN_CODES = frozenset({"invalid", "invalid_type"})
+_OWN_CODES = frozenset({"invalid", "invalid_type", "invalid_characters"})
 _TYPE_MESSAGES = {
     "string_type": "Must be a string.",
     "list_type": "Must be an array.",
@@ -473,6 +500,8 @@ def _field_error(error: ErrorDetails) -> FieldError:
         return FieldError(field, "unknown_field", "This member is not part of the event.")
     if kind in _OWN_CODES:
         return FieldError(field, kind, error["msg"])
+    if kind == "string_unicode":  # a lone surrogate: pydantic refuses it before our validators run
+        return FieldError(field, "invalid_characters", NOT_UNICODE_MESSAGE)
     # A literal compared against a number is a type error, not merely an unlisted value.
     wrong_type = kind.endswith("_type") or (
         kind == "literal_error" and not isinstance(error.get("input"), str)
@@ -511,7 +540,7 @@ def dedupe_key(payload: EventPayload) -> str:
 
 
 def dedupe_composition(model: type[EventPayload]) -> str:
-    """The key in the spec's words, e.g. ``event.id + tier``."""
+    """The key as the catalog publishes it, e.g. ``event.id + tier``."""
     return " + ".join("event.id" if part == "eventId" else part for part in model.DEDUPE_PARTS)
 
 

@@ -10,7 +10,8 @@ from sanic.handlers import ErrorHandler
 from sanic.response import json as json_response
 
 from service.cors import cors_headers
-from service.errors import ServiceError
+from service.errors import ServiceError, from_domain
+from service.exceptions import DomainError
 
 log = logging.getLogger("service.errors")
 
@@ -35,6 +36,8 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
     ``ServiceError`` it catches (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which
     answers the same bytes without Sanic's exception dispatch.
     """
+    if isinstance(exception, DomainError):
+        exception = from_domain(exception)
     if isinstance(exception, ServiceError):
         status, body = exception.status_code, exception.body()
         headers = dict(exception.headers or {})

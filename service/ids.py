@@ -1,7 +1,7 @@
 """Identifiers: a prefix and a ULID (a millisecond timestamp and 80 random bits).
 
 ``new_id`` is what the service uses. ``SeededIds`` makes the same sequence on every run from an
-injected clock and a seed, so demo data made by driving the service (``analytics.demo``) names its
+injected clock and a seed, so demo data made by driving the service (``service.demo``) names its
 partners the same way each time and the notebooks that show them stay byte-stable.
 """
 

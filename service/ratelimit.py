@@ -6,6 +6,7 @@ machines, so two server workers enforce one limit per client.
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import logging
 import math
@@ -14,11 +15,11 @@ import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
+import limits
 from limits import RateLimitItem, parse_many
 from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from limits.storage import storage_from_string
-from limits.storage.base import TimestampedSlidingWindow
 
 from service.db.batch import BatchWriter
 from service.settings import Settings
@@ -30,7 +31,7 @@ def _async_storage_uri(uri: str) -> str:
     return uri if uri.startswith("async+") else f"async+{uri}"
 
 
-class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWindow):
+class WindowCounters(Storage, SlidingWindowCounterSupport):
     """``memory://`` for limits' sliding-window counter: expiry that costs the same at any scale.
 
     limits' own asyncio ``MemoryStorage`` sweeps every counter it holds on each turn of the event
@@ -44,13 +45,17 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
     Everything runs on the event loop's thread and no method awaits between reading a counter
     and writing it, so no other request can interleave and no lock is needed. The arithmetic is
     limits' own, so the decisions are the library storage's (a test holds the two to each other).
-    This class is not registered for a URI scheme; ``RateLimiter`` builds it for ``memory://``.
+    It is a custom storage as limits documents them, registered under its own URI scheme
+    (``WINDOW_COUNTERS_URI``), which ``RateLimiter`` asks for in place of ``memory://``.
     """
 
-    STORAGE_SCHEME = None
+    # limits' registry reads the schemes from this class attribute when the class is defined.
+    STORAGE_SCHEME = ["async+window-counters"]  # noqa: RUF012 - limits declares it a plain attribute
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
-        super().__init__()
+    def __init__(
+        self, uri: str | None = None, *, clock: Callable[[], float] = time.time, wrap_exceptions: bool = False
+    ) -> None:
+        super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self._clock = clock
         self._counts: dict[str, int] = {}
         self._expires: dict[str, float] = {}
@@ -59,6 +64,11 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
     @property
     def base_exceptions(self) -> type[Exception]:
         return ValueError
+
+    @staticmethod
+    def window_keys(key: str, expiry: int, at: float) -> tuple[str, str]:
+        """The previous and the current window's counters: ``key`` and the window's number."""
+        return f"{key}/{int((at - expiry) / expiry)}", f"{key}/{int(at / expiry)}"
 
     def _expire(self, now: float) -> None:
         heap = self._heap
@@ -98,7 +108,7 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
         if amount > limit:
             return False
         now = self._clock()
-        previous_key, current_key = self.sliding_window_keys(key, expiry, now)
+        previous_key, current_key = self.window_keys(key, expiry, now)
         previous_count, previous_ttl, current_count, _ = self._window(
             previous_key, current_key, expiry, now
         )
@@ -115,10 +125,10 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         now = self._clock()
-        return self._window(*self.sliding_window_keys(key, expiry, now), expiry, now)
+        return self._window(*self.window_keys(key, expiry, now), expiry, now)
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
-        for window_key in self.sliding_window_keys(key, expiry, self._clock()):
+        for window_key in self.window_keys(key, expiry, self._clock()):
             await self.clear(window_key)
 
     async def incr(self, key: str, expiry: float, amount: int = 1) -> int:
@@ -149,6 +159,14 @@ class WindowCounters(Storage, SlidingWindowCounterSupport, TimestampedSlidingWin
         return len(self._counts)
 
 
+WINDOW_COUNTERS_URI = "async+window-counters://"
+
+# BatchedHits reads limits' internals: they were proven on this version, which pyproject.toml
+# pins exactly, and tests/test_ratelimit.py fails, naming the one that moved, on any other.
+LIMITS_VERSION = "5.8.0"
+# limits' acquire_sliding_window.lua as of that version, by its SHA-1 (as Redis names scripts).
+SLIDING_WINDOW_SCRIPT_SHA1 = "e8ac2a60cb040b0dbb56815a1e9c6fd032ce62e7"
+
 # limits' sliding-window script, run once per hit of a batch inside one script call. The script
 # reads its keys and arguments from KEYS and ARGV; as the parameters of a local function those
 # names are each hit's own.
@@ -165,6 +183,40 @@ return acquired
 """
 
 
+class LimitsInternalsMoved(RuntimeError):
+    """limits no longer has, as it had in ``LIMITS_VERSION``, an internal that ``BatchedHits`` reads."""
+
+
+def _limits_internals(storage: Storage) -> tuple[Any, str]:
+    """limits' redis-py bridge and sliding-window script text, as proven on ``LIMITS_VERSION``.
+
+    Raises ``LimitsInternalsMoved``, naming what moved, rather than counting hits any other way.
+    """
+    bridge = getattr(storage, "bridge", None)
+    script = getattr(getattr(bridge, "lua_acquire_sliding_window", None), "script", None)
+    wanted = {
+        "RedisStorage.bridge": bridge is not None,
+        "RedisStorage._current_window_key": callable(getattr(storage, "_current_window_key", None)),
+        "RedisStorage._previous_window_key": callable(getattr(storage, "_previous_window_key", None)),
+        "RedispyBridge.prefixed_key": callable(getattr(bridge, "prefixed_key", None)),
+        "RedispyBridge.get_connection": callable(getattr(bridge, "get_connection", None)),
+        "RedispyBridge.lua_acquire_sliding_window.script": isinstance(script, str | bytes),
+    }
+    missing = [name for name, present in wanted.items() if not present]
+    text = script.decode() if isinstance(script, bytes) else str(script)
+    # SHA-1 is how Redis itself names a script; nothing here depends on it resisting collisions.
+    if not missing and hashlib.sha1(text.encode()).hexdigest() != SLIDING_WINDOW_SCRIPT_SHA1:  # noqa: S324
+        missing.append("acquire_sliding_window.lua (its text changed)")
+    if missing:
+        raise LimitsInternalsMoved(
+            f"service.ratelimit.BatchedHits reads limits {LIMITS_VERSION}'s internal "
+            f"{', '.join(missing)}, which limits {limits.__version__} no longer has as it was; "
+            "pin limits back, or prove BatchedHits on this version (tests/test_ratelimit.py, "
+            "python -m benchmarks.ratelimit --redis URL) and move LIMITS_VERSION and the pin"
+        )
+    return bridge, text
+
+
 class BatchedHits:
     """Hits on limits' Redis storage, sent to Redis together: one script call for many hits.
 
@@ -173,17 +225,17 @@ class BatchedHits:
     out (the group commit of ``service.db.batch``), so a lone hit goes at once and a busy server
     sends many together, as one call of limits' own sliding-window script wrapped in a loop over
     the hits: 21 µs a hit at 8 hits a call, 9 µs at 32 (a pipeline of one ``EVALSHA`` per hit cost
-    21 µs at 32). The keys and arguments are exactly the ones limits' ``acquire_sliding_window_entry``
-    sends, so counters are shared with any process hitting through limits itself (a test holds the
-    two to each other).
+    21 µs at 32; ``python -m benchmarks.ratelimit --redis URL`` measures it). The keys and arguments
+    are exactly the ones limits' ``acquire_sliding_window_entry`` sends, so counters are shared with
+    any process hitting through limits itself (a test holds the two to each other).
+
+    limits offers no public way to send many hits in one call, so this reads its internals (its
+    redis-py client, script and key layout); ``_limits_internals`` refuses to start without them.
     """
 
     def __init__(self, storage: Storage) -> None:
-        # limits' own pieces: its Redis client, its sliding-window script and its key layout.
         self._storage: Any = storage
-        self._bridge: Any = storage.bridge  # type: ignore[attr-defined]
-        script = self._bridge.lua_acquire_sliding_window.script
-        text = script.decode() if isinstance(script, bytes) else script
+        self._bridge, text = _limits_internals(storage)
         # redis-py's Script loads the script again when Redis answers NOSCRIPT (after a restart).
         self._script: Any = self._bridge.get_connection().register_script(
             _BATCH_SCRIPT.format(script=text)
@@ -191,19 +243,6 @@ class BatchedHits:
         self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(
             self._send, name="rate-limit hits"
         )
-
-    @classmethod
-    def over(cls, storage: Storage) -> BatchedHits | None:
-        """Batched hits on ``storage``, or None where it is not limits' redis-py storage."""
-        bridge = getattr(storage, "bridge", None)
-        needed = (
-            hasattr(storage, "_current_window_key")
-            and hasattr(storage, "_previous_window_key")
-            and hasattr(bridge, "prefixed_key")
-            and hasattr(bridge, "get_connection")
-            and hasattr(getattr(bridge, "lua_acquire_sliding_window", None), "script")
-        )
-        return cls(storage) if needed else None
 
     def start(self) -> None:
         self._batch.start()
@@ -237,19 +276,16 @@ class RateLimiter:
         self.items: list[RateLimitItem] = parse_many(settings.waitlist_rate_limit)
         self.scope = scope
         uri = _async_storage_uri(settings.rate_limit_storage)
-        storage: Storage
+        options: dict[str, str] = {}
         if uri.startswith("async+memory://"):
-            storage = WindowCounters()
-        else:
-            options: dict[str, str] = {}
-            if "redis" in uri:
-                options["key_prefix"] = settings.rate_limit_key_prefix
-                # redis-py's asyncio client: measured here at ~78 µs of client CPU per hit against
-                # ~95 µs for coredis (limits' default), on the same sliding-window script.
-                options["implementation"] = "redispy"
-            built = storage_from_string(uri, **options)
-            assert isinstance(built, Storage)  # the async+ scheme always builds an async storage
-            storage = built
+            uri = WINDOW_COUNTERS_URI
+        elif "redis" in uri:
+            options["key_prefix"] = settings.rate_limit_key_prefix
+            # redis-py's asyncio client: measured here at ~78 µs of client CPU per hit against
+            # ~95 µs for coredis (limits' default), on the same sliding-window script.
+            options["implementation"] = "redispy"
+        storage = storage_from_string(uri, **options)
+        assert isinstance(storage, Storage)  # the async+ scheme always builds an async storage
         self.storage = storage
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)
         # In process, the strategy's one call to the storage is made directly, without the three
@@ -258,7 +294,7 @@ class RateLimiter:
         self._counters = storage if isinstance(storage, WindowCounters) else None
         # One Redis server (redis://, rediss://); sentinel and cluster keep limits' own calls.
         single = urllib.parse.urlsplit(uri).scheme in ("async+redis", "async+rediss")
-        self._batched = BatchedHits.over(storage) if single else None
+        self._batched = BatchedHits(storage) if single else None
 
     def start(self) -> None:
         """Within the running loop: start the task that sends batched hits, where there is one."""
@@ -291,6 +327,13 @@ class RateLimiter:
 
     async def ping(self) -> bool:
         return bool(await self.storage.check())
+
+    async def ready(self) -> bool:
+        """Whether the counters' store answers now (the server's /readyz); never raises."""
+        try:
+            return bool(await self.storage.check())
+        except Exception:
+            return False
 
     async def reset(self) -> None:
         await self.storage.reset()

@@ -13,31 +13,89 @@ from limits import parse_many
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.webhooks.retry import DEFAULT_SCHEDULE
+
+# The shortest admin token accepted: 32 characters of even a small alphabet are far beyond
+# guessing at the throttled pace of failed attempts (``service.admin.FAILED_ATTEMPTS_LIMIT``).
+ADMIN_TOKEN_MIN_LENGTH = 32
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="SERVICE_", frozen=True, extra="ignore")
-
-    base_url: str = "http://127.0.0.1:8000"
-    database_url: str = "sqlite:///var/service.db"
-    admin_token: str | None = Field(default=None, repr=False)
-    waitlist_rate_limit: str = "10/minute"
-    rate_limit_storage: str = "memory://"
-    # Tests give every run its own Redis key prefix so runs never see each other's counters.
-    rate_limit_key_prefix: str = "service-limits"
-    webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = (
-        5,
-        300,
-        1800,
-        7200,
-        18000,
-        36000,
-        36000,
+    # hide_input_in_errors: a refused value (a short admin token, a URL with a password) must not
+    # be printed back in the error that stops the start.
+    model_config = SettingsConfigDict(
+        env_prefix="SERVICE_", frozen=True, extra="ignore", hide_input_in_errors=True
     )
-    webhook_timeout: float = 15.0
-    webhook_allow_private_urls: bool = False
-    secret_rotation_overlap: int = 86400
-    cors_origins: Annotated[tuple[str, ...], NoDecode] = ()
-    content_file: Path | None = None  # the discovery wording; None: the packaged default
+
+    # Each description is what `python -m service COMMAND --help` says of the variable.
+    base_url: str = Field(
+        default="http://127.0.0.1:8000",
+        description="The public base URL; every absolute URL the service writes starts with it.",
+    )
+    database_url: str = Field(
+        default="sqlite:///var/service.db",
+        description="sqlite:///PATH or postgresql://USER@HOST:PORT/DB (the async driver is chosen).",
+    )
+    admin_token: str | None = Field(
+        default=None,
+        repr=False,
+        description="Bearer token for /admin/*; unset or empty, the admin routes answer 404.",
+    )
+    waitlist_rate_limit: str = Field(
+        default="10/minute",
+        description="Registrations per client, in limits notation (5/minute, 10/minute;100/day).",
+    )
+    rate_limit_storage: str = Field(
+        default="memory://",
+        description="Where rate-limit counters live: memory:// (per process) or redis://HOST:PORT.",
+    )
+    # Tests give every run its own Redis key prefix so runs never see each other's counters.
+    rate_limit_key_prefix: str = Field(
+        default="service-limits", description="Prefix of the rate-limit keys in Redis."
+    )
+    webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = Field(
+        default=DEFAULT_SCHEDULE,
+        description="Seconds between delivery attempts after the first, comma-separated; ±20% jitter.",
+    )
+    webhook_timeout: float = Field(default=15.0, description="Seconds a delivery attempt may take.")
+    webhook_connect_timeout: float = Field(
+        default=5.0, gt=0, description="Seconds to connect to a partner, inside SERVICE_WEBHOOK_TIMEOUT."
+    )
+    webhook_max_in_flight: int = Field(
+        default=8,
+        ge=1,
+        description="Attempts one partner may have in flight at once, across all workers (a partner's "
+        "maxInFlight overrides it).",
+    )
+    webhook_breaker_failures: int = Field(
+        default=5, ge=1, description="Failed attempts in a row that open a partner's circuit."
+    )
+    webhook_breaker_cooldown: float = Field(
+        default=30.0,
+        gt=0,
+        description="Seconds an open circuit waits before a probe; doubles per failed probe (at most 3600).",
+    )
+    webhook_disable_after: float = Field(
+        default=432000.0,
+        gt=0,
+        description="Seconds of unbroken failure after which a partner is disabled (until resumed).",
+    )
+    webhook_allow_private_urls: bool = Field(
+        default=False,
+        description="1 lets partner URLs resolve to loopback or private addresses (development only).",
+    )
+    secret_rotation_overlap: int = Field(
+        default=86400,
+        description="Seconds an old partner secret keeps signing after a rotation.",
+    )
+    cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Comma-separated origins whose browser scripts may POST /api/waitlist.",
+    )
+    content_file: Path | None = Field(
+        default=None,  # None: the packaged default
+        description="The discovery wording, a TOML file; unset, the packaged one.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -57,7 +115,18 @@ class Settings(BaseSettings):
     @field_validator("admin_token")
     @classmethod
     def _admin_token(cls, value: str | None) -> str | None:
-        return value or None  # empty means unset: admin routes stay hidden
+        if not value:
+            return None  # empty means unset: admin routes stay hidden
+        if len(value) < ADMIN_TOKEN_MIN_LENGTH:
+            raise ValueError(
+                f"SERVICE_ADMIN_TOKEN must be at least {ADMIN_TOKEN_MIN_LENGTH} characters "
+                f"(it has {len(value)}); make one with: "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+            )
+        if not all("!" <= char <= "~" for char in value):
+            # What a client sends in an Authorization header: anything else could never match.
+            raise ValueError("SERVICE_ADMIN_TOKEN must be printable ASCII without spaces")
+        return value
 
     @field_validator("waitlist_rate_limit")
     @classmethod

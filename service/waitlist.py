@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from email_validator import EmailNotValidError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -21,30 +21,21 @@ from sanic.response import raw
 
 from service.bodies import read_body
 from service.cors import cors_headers
-from service.db.registrations import Registration
+from service.db.registrations import Intent, Registration, email_key
 from service.emails import check_email
 from service.errors import BadRequest, FieldError, ServiceError, ServiceUnavailable, TooManyRequests
 from service.handlers import error_response
+from service.text import NOT_UNICODE_MESSAGE, storable
 from service.wire import omit_nulls
 
 ACCEPTED = "You are on the waitlist. We will write when early access opens."
 # Every 200 is the same bytes, first registration or repeat: rendered once.
 _ACCEPTED_BODY = json.dumps({"ok": True, "message": ACCEPTED}, separators=(",", ":")).encode()
-INTENTS = ("claim", "member", "arcade")
 
 
 def _clean_text(value: str) -> str:
-    # NUL and lone surrogates cannot be stored as text (PostgreSQL refuses NUL, UTF-8 has no
-    # surrogates); refusing them here keeps a client's mistake from ever becoming a server error.
-    if "\x00" in value:
-        raise PydanticCustomError("invalid_characters", "This field contains a NUL character.")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PydanticCustomError(
-            "invalid_characters", "This field contains characters that are not valid Unicode."
-        ) from None
-    return value.strip()
+    # Refused before storage (service.text), so a client's mistake never becomes a server error.
+    return storable(value).strip()
 
 
 def _email(value: str) -> str:
@@ -81,11 +72,12 @@ class WaitlistRequest(BaseModel):
         ),
         max_length=254,  # RFC 5321's path limit, which email-validator enforces
     )
-    intent: Literal["claim", "member", "arcade"] = Field(
+    intent: Intent = Field(
         description="claim a room, follow rooms (member), or add arcade."
     )
     # Optional but never null: a default of None that the type itself does not admit, so an explicit
-    # `null` is a type error (DESIGN.md: nulls are 400) while an absent member stays None.
+    # `null` is a type error (docs/architecture.md "Waitlist intake": nulls are 400) while an absent
+    # member stays None.
     project: Text = Field(  # type: ignore[assignment]
         default=None, max_length=120, description="Project, ticker, collection or launch name."
     )
@@ -108,10 +100,7 @@ _CODES = {
     "literal_error": ("invalid_choice", "This field must be one of: claim, member, arcade."),
     "string_too_long": ("too_long", "This field is too long."),
     "too_long": ("too_long", "This field is too long."),
-    "string_unicode": (
-        "invalid_characters",
-        "This field contains characters that are not valid Unicode.",
-    ),
+    "string_unicode": ("invalid_characters", NOT_UNICODE_MESSAGE),
 }
 
 
@@ -146,7 +135,7 @@ def parse_registration(body: dict[str, Any], now: datetime) -> Registration:
         raise BadRequest("The waitlist registration is not valid.", errors=errors) from None
     return Registration(
         email=request.email,
-        email_key=request.email.lower(),
+        email_key=email_key(request.email),
         intent=request.intent,
         project=request.project,
         message=request.message,

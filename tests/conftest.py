@@ -9,7 +9,6 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from sqlalchemy import delete
 from sqlalchemy.engine import make_url
 
 from service.app import create_app
+from service.clock import ManualClock
 from service.db.engine import create_engine, migrate
 from service.db.tables import metadata
 from service.settings import Settings
@@ -28,27 +28,16 @@ from tests.scratch import admin_execute, redis_keys
 POSTGRES_URL = os.environ.get("SERVICE_TEST_POSTGRES_URL")
 REDIS_URL = os.environ.get("SERVICE_TEST_REDIS_URL")
 RUN_ID = uuid.uuid4().hex[:12]
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+# Reference data the tests hold documents to (the sitemaps.org XML Schemas), kept in the repository.
+DATA = Path(__file__).resolve().parent / "data"
 
 Sanic.test_mode = True
 
 
-class Clock:
-    """A clock the test moves by hand; nothing waits for real time to pass."""
-
-    def __init__(self, start: datetime = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)) -> None:
-        self.now = start
-
-    def __call__(self) -> datetime:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += timedelta(seconds=seconds)
-
-
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> ManualClock:
+    """A clock the test moves by hand; nothing waits for real time to pass."""
+    return ManualClock()
 
 
 def _run(coro: Any) -> Any:
@@ -121,19 +110,25 @@ class Client:
 
     def __init__(self, app: Sanic) -> None:
         self.app = app
+        # The loop the server runs on is ours, so ``run`` can use it as well as the client.
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
         # A port the kernel says is free: ReusableClient's own pick is random in 5000-65000 and
         # collides with ephemeral ports in use (receivers, client connections, other test runs).
-        self._client = ReusableClient(app, port=_free_port())
+        self._client = ReusableClient(app, port=_free_port(), loop=self._loop)
 
     def __enter__(self) -> Client:
         self._client.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._client.__exit__(*exc)
+        try:
+            self._client.__exit__(*exc)
+        finally:
+            self._loop.close()
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        _, response = self._client._sanic_endpoint_test(method, path, **kwargs)
+        _, response = self._client.request(path, http_method=method.upper(), **kwargs)
         return response
 
     def get(self, path: str, **kwargs: Any) -> Any:
@@ -147,14 +142,14 @@ class Client:
 
     def run(self, coro: Any) -> Any:
         """Run a coroutine on the server's loop (to read the database the app writes)."""
-        return self._client._run(coro)
+        return self._loop.run_until_complete(coro)
 
 
 MakeClient = Callable[..., Any]
 
 
 @pytest.fixture
-def make_client(sqlite_url: str, clock: Clock) -> MakeClient:
+def make_client(sqlite_url: str, clock: ManualClock) -> MakeClient:
     """Build an app from settings overrides and serve it for the length of a `with` block."""
 
     @contextmanager

@@ -1,12 +1,39 @@
-"""Admin groundwork: the bearer-token guard and GET /admin/waitlist."""
+"""Admin groundwork: the bearer-token guard, its throttle on failures, and GET /admin/waitlist."""
 
 from __future__ import annotations
 
 import pytest
 
-TOKEN = "s3cret-admin-token"
+from service.admin import FailedAttempts
+from service.ratelimit import WindowCounters
+
+TOKEN = "s3cret-admin-token-for-the-admin-tests"
 NOT_FOUND = {"ok": False, "message": "Nothing is here."}
 UNAUTHORIZED = {"ok": False, "message": "A valid bearer token is required."}
+TOO_MANY = {"ok": False, "message": "Too many requests; try again later."}
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+# Every shape of admin request a client might use to map the routes: real and unknown paths,
+# right and wrong methods, with and without a body.
+PROBES = [
+    ("GET", "/admin"),
+    ("GET", "/admin/"),
+    ("GET", "/admin/nothing/here"),
+    ("POST", "/admin/nothing"),
+    ("GET", "/admin/waitlist"),
+    ("DELETE", "/admin/waitlist"),
+    ("POST", "/admin/waitlist"),
+    ("PUT", "/admin/partners"),
+    ("PATCH", "/admin/partners/ptn_unknown"),
+    ("OPTIONS", "/admin/partners"),
+    ("HEAD", "/admin/metrics"),
+    ("TRACE", "/admin/metrics"),
+]
+
+
+def _send(client, method, path, headers=None):
+    return client.request(
+        method, path, content=b'{"name": "x"}', headers={"content-type": "application/json", **(headers or {})}
+    )
 
 
 @pytest.mark.parametrize("token", [None, ""])
@@ -30,6 +57,70 @@ def test_wrong_or_missing_token_is_401(make_client, authorization):
     assert response.headers["www-authenticate"] == 'Bearer realm="admin"'
 
 
+@pytest.mark.parametrize(("method", "path"), PROBES)
+def test_every_admin_request_without_the_token_is_401(make_client, method, path):
+    """Whatever the path or method, a request without the token is 401: no 404, 405 or Allow."""
+    with make_client(admin_token=TOKEN) as client:
+        response = _send(client, method, path, {"authorization": "Bearer wrong"})
+    assert response.status_code == 401
+    assert response.json == (None if method == "HEAD" else UNAUTHORIZED)
+    assert response.headers["www-authenticate"] == 'Bearer realm="admin"'
+    assert "allow" not in response.headers
+
+
+@pytest.mark.parametrize(("method", "path"), PROBES)
+def test_every_admin_request_is_404_without_a_configured_token(make_client, method, path):
+    """With no token configured the whole prefix is hidden: 404 for every path and method."""
+    with make_client(admin_token=None) as client:
+        response = _send(client, method, path, AUTH)
+    assert response.status_code == 404
+    assert response.json == (None if method == "HEAD" else NOT_FOUND)
+    assert "allow" not in response.headers
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [("GET", "/admin/nothing", 404), ("PUT", "/admin/waitlist", 405), ("GET", "/administrator", 404)],
+)
+def test_with_the_token_routing_answers_as_usual(make_client, method, path, status):
+    """The token holder sees ordinary routing answers; paths merely starting with "admin" are public."""
+    with make_client(admin_token=TOKEN) as client:
+        response = _send(client, method, path, AUTH)
+    assert response.status_code == status
+
+
+def test_failed_attempts_are_throttled_per_client(make_client, rate_limit_storage, caplog):
+    """Ten wrong tokens a minute answer 401; the eleventh, and then even the right token, 429."""
+    caplog.set_level("WARNING", logger="service.admin")
+    with make_client(admin_token=TOKEN, **rate_limit_storage) as client:
+        for _ in range(5):  # successes are not counted
+            assert client.get("/admin/waitlist", headers=AUTH).status_code == 200
+        statuses = [_send(client, "GET", f"/admin/guess{n}").status_code for n in range(10)]
+        refused = client.get("/admin/waitlist", headers={"authorization": "Bearer wrong"})
+        with_token = client.get("/admin/waitlist", headers=AUTH)
+        public = client.get("/api/v1")
+    assert statuses == [401] * 10
+    for response in (refused, with_token):
+        assert (response.status_code, response.json) == (429, TOO_MANY)
+        assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert public.status_code == 200
+    locked = [record for record in caplog.records if record.name == "service.admin"]
+    assert [(record.getMessage(), record.client) for record in locked] == [
+        ("admin authentication locked: too many failed attempts", "127.0.0.1")
+    ]
+
+
+async def test_failed_attempts_free_up_as_the_window_slides():
+    """A client over the limit may try again once its window has moved on; others are untouched."""
+    now = [1_000_000.0]
+    attempts = FailedAttempts(WindowCounters(clock=lambda: now[0]), limit="3/minute")
+    assert [await attempts.fail("10.0.0.1") for _ in range(3)] == [False, False, True]
+    assert await attempts.refused("10.0.0.1") is not None
+    assert await attempts.refused("10.0.0.2") is None
+    now[0] += 121  # two windows: nothing of the previous one still weighs
+    assert await attempts.refused("10.0.0.1") is None
+
+
 def test_waitlist_listing_returns_entries(make_client, clock):
     """GET /admin/waitlist lists registrations with the documented keys, oldest first."""
     with make_client(admin_token=TOKEN) as client:
@@ -45,16 +136,16 @@ def test_waitlist_listing_returns_entries(make_client, clock):
                 "intent": "claim",
                 "project": "ADA",
                 "message": None,
-                "createdAt": "2026-06-29T12:00:00.000Z",
-                "updatedAt": "2026-06-29T12:00:00.000Z",
+                "createdAt": "2026-06-29T12:00:00.000000Z",
+                "updatedAt": "2026-06-29T12:00:00.000000Z",
             },
             {
                 "email": "bob@example.com",
                 "intent": "arcade",
                 "project": None,
                 "message": "hi",
-                "createdAt": "2026-06-29T12:01:01.500Z",
-                "updatedAt": "2026-06-29T12:01:01.500Z",
+                "createdAt": "2026-06-29T12:01:01.500000Z",
+                "updatedAt": "2026-06-29T12:01:01.500000Z",
             },
         ]
     }
@@ -81,6 +172,24 @@ def test_bad_paging_is_400(make_client, query):
         response = client.get(f"/admin/waitlist{query}", headers={"authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 400
     assert response.json["errors"][0]["field"] == name
+
+
+@pytest.mark.parametrize(
+    ("path", "field", "code"),
+    [
+        ("/admin/waitlist?since=2026-01-01", "since", "unknown_parameter"),
+        ("/admin/waitlist?limit=1&limit=2", "limit", "repeated"),
+        ("/admin/deliveries?since=2026-01-01", "since", "unknown_parameter"),
+        ("/admin/deliveries?status=lost", "status", "invalid"),
+        ("/admin/deliveries?limit=%EF%BC%91", "limit", "invalid"),  # a full-width digit one
+    ],
+)
+def test_unknown_or_repeated_query_parameters_are_400(make_client, path, field, code):
+    """An admin listing never ignores a parameter it does not know, nor guesses between two values."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.get(path, headers={"authorization": f"Bearer {TOKEN}"})
+    assert response.status_code == 400
+    assert [(error["field"], error["code"]) for error in response.json["errors"]] == [(field, code)]
 
 
 def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client):
@@ -113,3 +222,14 @@ def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client)
         'service_http_client_errors_total{status="415"}': 1.0,
         'service_http_client_errors_total{status="429"}': 2.0,
     }
+
+
+def test_an_unreachable_rate_limit_store_refuses_admin_requests(make_client, caplog):
+    """With the store down, failures cannot be counted: admin requests are 503, never unlimited."""
+    with make_client(admin_token=TOKEN, rate_limit_storage="redis://127.0.0.1:9/0") as client:
+        response = client.get("/admin/waitlist", headers=AUTH)
+    assert (response.status_code, response.json) == (
+        503,
+        {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+    )
+    assert "admin authentication could not be counted" in [record.getMessage() for record in caplog.records]

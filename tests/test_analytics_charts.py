@@ -65,26 +65,32 @@ RATES = pd.DataFrame(
     {
         "partner_name": ["Acme", "Beta"],
         "event": ["order.created", "order.created"],
-        "deliveries": [2, 4],
-        "delivered": [1, 4],
-        "rate": [0.5, 1.0],
+        "attempts": [2, 4],
+        "succeeded": [1, 4],
+        "success_rate": [0.5, 1.0],
     }
 )
-LATENCY = pd.DataFrame(
-    {
-        "partner_name": ["Acme", "Beta"],
-        "attempts": [6, 4],
-        "p50": [185.0, 400.0],
-        "p90": [2650.0, 2923.0],
-        "p99": [4765.0, 3892.3],
-    }
+BANDS = pd.DataFrame(
+    {"partner_name": ["Acme", "Beta"], "attempts": [10, 4], "0-49 ms": [0.8, 1.0], "50-99 ms": [0.2, 0.0]}
+)
+DELIVERY_TIMES = pd.DataFrame(
+    {"partner_name": ["Acme", "Beta"], "deliveries": [4, 2], "under 1 s": [0.75, 0.5], "1 s-1 min": [0.25, 0.5]}
 )
 REASONS = pd.DataFrame(
     {
         "error_class": ["http_500", "timeout"],
         "status_code": pd.array([500, None], dtype="Int64"),
         "attempts": [2, 1],
-        "share": [0.6667, 0.3333],
+        "share": [0.2, 0.1],
+    }
+)
+REASONS_BY_PARTNER = pd.DataFrame(
+    {
+        "partner_name": ["Acme", "Acme", "Beta"],
+        "error_class": ["http_500", "timeout", "timeout"],
+        "status_code": pd.array([500, None, None], dtype="Int64"),
+        "attempts": [2, 1, 3],
+        "share": [0.2, 0.1, 0.75],
     }
 )
 
@@ -123,29 +129,51 @@ def test_message_length_chart() -> None:
 
 
 def test_success_rate_chart() -> None:
-    """Bars of the rate, labelled by the grouping columns, on a 0..1 scale."""
+    """Bars of the attempt success rate, labelled by the grouping columns and in percent, on a 0..1 scale."""
     ax = only_axes(charts.success_rate_chart(RATES))
     assert heights(ax) == [0.5, 1.0]
     assert ticks(ax.get_xticklabels()) == ["Acme / order.created", "Beta / order.created"]
+    assert [text.get_text() for text in ax.texts] == ["50.0%", "100.0%"]
     assert ax.get_ylim() == (0.0, 1.05)
+    assert ax.get_legend() is None and not ax.get_lines()
+
+
+def test_success_rate_chart_draws_the_threshold() -> None:
+    """With a threshold: a dashed line at it, in the legend, and the bars under it in the warning colour."""
+    ax = only_axes(charts.success_rate_chart(RATES, threshold=0.95))
+    [line] = ax.get_lines()
+    assert line.get_ydata()[0] == 0.95 and line.get_linestyle() == "--"
+    legend = ax.get_legend()
+    assert legend is not None and ticks(legend.get_texts()) == ["threshold 95%"]
+    below, above = (matplotlib.colors.to_hex(bar.get_facecolor()) for bar in bars(ax))
+    assert (below, above) == (matplotlib.colors.to_hex(charts.BELOW_COLOR), matplotlib.colors.to_hex(charts.BAR_COLOR))
 
 
 def test_success_rate_chart_overall() -> None:
     """An ungrouped rate is one bar labelled "all"."""
-    overall = pd.DataFrame({"deliveries": [6], "delivered": [5], "rate": [0.8333]})
+    overall = pd.DataFrame({"attempts": [6], "succeeded": [5], "success_rate": [0.8333]})
     ax = only_axes(charts.success_rate_chart(overall))
     assert heights(ax) == [0.8333]
     assert ticks(ax.get_xticklabels()) == ["all"]
 
 
-def test_latency_chart() -> None:
-    """Grouped bars: for each percentile, one bar per group."""
-    ax = only_axes(charts.latency_chart(LATENCY))
-    assert heights(ax) == [185.0, 400.0, 2650.0, 2923.0, 4765.0, 3892.3]
-    assert ticks(ax.get_xticklabels()) == ["Acme", "Beta"]
-    legend = ax.get_legend()
-    assert legend is not None
-    assert ticks(legend.get_texts()) == ["p50", "p90", "p99"]
+@pytest.mark.parametrize(
+    ("draw", "frame", "legend"),
+    [
+        (charts.latency_bands_chart, BANDS, ["0-49 ms", "50-99 ms"]),
+        (charts.time_to_delivery_chart, DELIVERY_TIMES, ["under 1 s", "1 s-1 min"]),
+    ],
+)
+def test_share_charts_stack_each_groups_bands(draw: Callable[[pd.DataFrame], Figure], frame: pd.DataFrame, legend: list[str]) -> None:
+    """One bar per group, split into its bands left to right, each part as wide as its share."""
+    ax = only_axes(draw(frame))
+    shares = frame[legend]
+    assert widths(ax) == pytest.approx([*shares[legend[0]], *shares[legend[1]]])
+    assert [bar.get_x() for bar in bars(ax)] == pytest.approx([0.0, 0.0, *shares[legend[0]]])
+    assert ticks(ax.get_yticklabels()) == ["Acme", "Beta"]
+    found = ax.get_legend()
+    assert found is not None and ticks(found.get_texts()) == legend
+    assert ax.get_xlim() == (0.0, 1.0)
 
 
 def test_failure_reasons_chart() -> None:
@@ -155,6 +183,16 @@ def test_failure_reasons_chart() -> None:
     assert ticks(ax.get_yticklabels()) == ["http_500 / 500", "timeout / (none)"]
 
 
+def test_failure_reasons_chart_per_partner() -> None:
+    """One bar per partner, split by reason as shares of its attempts; one colour per reason."""
+    ax = only_axes(charts.failure_reasons_chart(REASONS_BY_PARTNER))
+    # Reasons in order of their attempts overall: timeout (4), then http_500 (2).
+    assert widths(ax) == pytest.approx([0.1, 0.75, 0.2, 0.0])
+    assert ticks(ax.get_yticklabels()) == ["Acme", "Beta"]
+    legend = ax.get_legend()
+    assert legend is not None and ticks(legend.get_texts()) == ["timeout / (none)", "http_500 / 500"]
+
+
 @pytest.mark.parametrize(
     "draw",
     [
@@ -162,9 +200,11 @@ def test_failure_reasons_chart() -> None:
         lambda: charts.registrations_over_time_chart(OVER_TIME),
         lambda: charts.top_projects_chart(TOP),
         lambda: charts.message_length_chart(LENGTHS),
-        lambda: charts.success_rate_chart(RATES),
-        lambda: charts.latency_chart(LATENCY),
+        lambda: charts.success_rate_chart(RATES, threshold=0.95),
+        lambda: charts.latency_bands_chart(BANDS),
         lambda: charts.failure_reasons_chart(REASONS),
+        lambda: charts.failure_reasons_chart(REASONS_BY_PARTNER),
+        lambda: charts.time_to_delivery_chart(DELIVERY_TIMES),
     ],
 )
 def test_charts_render_with_agg(draw: Callable[[], Figure]) -> None:
@@ -183,6 +223,9 @@ def test_charts_render_with_agg(draw: Callable[[], Figure]) -> None:
         lambda: charts.top_projects_chart(TOP.iloc[:0]),
         lambda: charts.message_length_chart(LENGTHS.iloc[:0]),
         lambda: charts.failure_reasons_chart(REASONS.iloc[:0]),
+        lambda: charts.failure_reasons_chart(REASONS_BY_PARTNER.iloc[:0]),
+        lambda: charts.latency_bands_chart(BANDS.iloc[:0, :2]),
+        lambda: charts.time_to_delivery_chart(DELIVERY_TIMES.iloc[:0]),
     ],
 )
 def test_charts_of_nothing_are_empty(draw: Callable[[], Figure]) -> None:

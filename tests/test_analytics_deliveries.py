@@ -60,64 +60,47 @@ def attempt_frame() -> pd.DataFrame:
 
 
 @pytest.mark.parametrize(
-    ("by", "keys", "counts", "delivered", "rate"),
+    ("by", "expected"),
     [
         (
             ("partner_name", "event"),
             {
                 "partner_name": ["Acme", "Acme", "Beta"],
                 "event": ["order.created", "waitlist.joined", "order.created"],
+                "attempts": [4, 2, 4],
+                "succeeded": [1, 1, 1],
+                "success_rate": [0.25, 0.5, 0.25],
             },
-            [2, 1, 2],
-            [1, 1, 1],
-            [0.5, 1.0, 0.5],
         ),
-        ("partner_name", {"partner_name": ["Acme", "Beta"]}, [3, 2], [2, 1], [0.6667, 0.5]),
-        (None, {}, [5], [3], [0.6]),
-        ((), {}, [5], [3], [0.6]),
+        ("partner_name", {"partner_name": ["Acme", "Beta"], "attempts": [6, 4], "succeeded": [2, 1], "success_rate": [0.3333, 0.25]}),
+        (None, {"attempts": [10], "succeeded": [3], "success_rate": [0.3]}),
+        ((), {"attempts": [10], "succeeded": [3], "success_rate": [0.3]}),
     ],
 )
-def test_success_rate_of_deliveries(
-    by: By, keys: dict[str, list[str]], counts: list[int], delivered: list[int], rate: list[float]
-) -> None:
-    """Delivered share of deliveries per group; pending ones count as not delivered."""
-    expected = pd.DataFrame({**keys, "deliveries": counts, "delivered": delivered, "rate": rate})
-    assert_frame_equal(deliveries.success_rate(delivery_frame(), by=by), expected)
-
-
-def test_success_rate_of_attempts() -> None:
-    """From attempts, a delivery counts once, delivered if any attempt delivered."""
-    expected = pd.DataFrame(
-        {
-            "partner_name": ["Acme", "Acme", "Beta"],
-            "event": ["order.created", "waitlist.joined", "order.created"],
-            "deliveries": [2, 1, 1],
-            "delivered": [1, 1, 1],
-            "rate": [0.5, 1.0, 1.0],
-        }
-    )
-    assert_frame_equal(deliveries.success_rate(attempt_frame()), expected)
+def test_success_rate_is_the_share_of_attempts_answered_2xx(by: By, expected: dict[str, list[object]]) -> None:
+    """Every attempt counts, retries included: a delivery that took four tries is one success in four."""
+    assert_frame_equal(deliveries.success_rate(attempt_frame(), by=by), pd.DataFrame(expected))
 
 
 def test_success_rate_keeps_a_missing_partner() -> None:
-    """A delivery whose partner row is gone is its own group, not silently dropped."""
-    frame = delivery_frame().astype({"partner_name": "str"})
-    frame.loc[4, "partner_name"] = None
+    """An attempt whose partner row is gone is its own group, not silently dropped."""
+    frame = attempt_frame().astype({"partner_name": "str"})
+    frame.loc[9, "partner_name"] = None
     expected = pd.DataFrame(
         {
             "partner_name": ["Acme", "Beta", None],
-            "deliveries": [3, 1, 1],
-            "delivered": [2, 1, 0],
-            "rate": [0.6667, 1.0, 0.0],
+            "attempts": [6, 3, 1],
+            "succeeded": [2, 0, 1],
+            "success_rate": [0.3333, 0.0, 1.0],
         }
     ).astype({"partner_name": "str"})
     assert_frame_equal(deliveries.success_rate(frame, by="partner_name"), expected)
 
 
-def test_success_rate_refuses_other_frames() -> None:
-    """A frame with neither status nor outcome is a mistake worth naming."""
-    with pytest.raises(ValueError, match="deliveries frame"):
-        deliveries.success_rate(pd.DataFrame({"partner_name": ["Acme"]}))
+def test_success_rate_refuses_a_deliveries_frame() -> None:
+    """Success is read from attempts; a deliveries frame (status, no outcome) is a mistake worth naming."""
+    with pytest.raises(ValueError, match="attempts frame"):
+        deliveries.success_rate(delivery_frame())
 
 
 def test_attempts_to_success() -> None:
@@ -172,17 +155,112 @@ def test_latency_percentiles_refuses_out_of_range(percentile: float) -> None:
         deliveries.latency_percentiles(attempt_frame(), percentiles=(percentile,))
 
 
-def test_failure_reasons() -> None:
-    """Failed attempts by class and code, most first, ties by class, no answer as NA."""
+@pytest.mark.parametrize(
+    ("by", "expected"),
+    [
+        (
+            None,
+            {
+                "error_class": ["http_500", "http_503", "timeout", "connect"],
+                "status_code": pd.array([500, 503, None, None], dtype="Int64"),
+                "attempts": [2, 2, 2, 1],
+                "share": [0.2, 0.2, 0.2, 0.1],
+            },
+        ),
+        (
+            "partner_name",
+            {
+                "partner_name": ["Acme", "Acme", "Acme", "Beta", "Beta"],
+                "error_class": ["http_500", "connect", "timeout", "http_503", "timeout"],
+                "status_code": pd.array([500, None, None, 503, None], dtype="Int64"),
+                "attempts": [2, 1, 1, 2, 1],
+                "share": [0.3333, 0.1667, 0.1667, 0.5, 0.25],
+            },
+        ),
+    ],
+)
+def test_failure_reasons(by: By, expected: dict[str, object]) -> None:
+    """Attempts that did not succeed by class and code, most first, ties by class, no answer as NA;
+    shares are of the group's attempts, so they and its success rate add up to 1."""
+    found = deliveries.failure_reasons(attempt_frame(), by=by)
+    assert_frame_equal(found, pd.DataFrame(expected))
+    rates = deliveries.success_rate(attempt_frame(), by=by)["success_rate"].tolist()
+    lost = found.groupby(by)["share"].sum().tolist() if by else [found["share"].sum()]
+    assert [round(a + b, 3) for a, b in zip(lost, rates, strict=True)] == [1.0] * len(rates)
+
+
+def test_latency_bands() -> None:
+    """The share of each partner's attempts per band of the step, every band up to the slowest."""
+    # Acme: 80 100 120 250 300 5000 ms; Beta: 200 390 410 4000 ms. Steps of 1000 ms.
     expected = pd.DataFrame(
         {
-            "error_class": ["http_500", "http_503", "timeout", "connect"],
-            "status_code": pd.array([500, 503, None, None], dtype="Int64"),
-            "attempts": [2, 2, 2, 1],
-            "share": [0.2857, 0.2857, 0.2857, 0.1429],
+            "partner_name": ["Acme", "Beta"],
+            "attempts": [6, 4],
+            "0-999 ms": [0.8333, 0.75],
+            "1000-1999 ms": [0.0, 0.0],
+            "2000-2999 ms": [0.0, 0.0],
+            "3000-3999 ms": [0.0, 0.0],
+            "4000-4999 ms": [0.0, 0.25],
+            "5000-5999 ms": [0.1667, 0.0],
         }
     )
-    assert_frame_equal(deliveries.failure_reasons(attempt_frame()), expected)
+    assert_frame_equal(deliveries.latency_bands(attempt_frame(), step_ms=1000), expected)
+
+
+def test_latency_bands_tell_apart_endpoints_whose_medians_agree() -> None:
+    """Both answer most attempts at once (same median band); the bands show which one is often slow."""
+    frame = pd.DataFrame(
+        {"partner_name": ["Fast"] * 4 + ["Slow"] * 4, "duration_ms": [3, 4, 2, 5, 3, 104, 2, 201]}
+    )
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Fast", "Slow"],
+            "attempts": [4, 4],
+            "0-49 ms": [1.0, 0.5],
+            "50-99 ms": [0.0, 0.0],
+            "100-149 ms": [0.0, 0.25],
+            "150-199 ms": [0.0, 0.0],
+            "200-249 ms": [0.0, 0.25],
+        }
+    )
+    assert_frame_equal(deliveries.latency_bands(frame), expected)
+    medians = deliveries.latency_percentiles(frame, by="partner_name", percentiles=(50,), resolution_ms=50)
+    assert medians["p50"].tolist() == [0, 0]
+
+
+def test_latency_bands_refuse_a_step_below_one() -> None:
+    """A step is a positive number of milliseconds."""
+    with pytest.raises(ValueError, match="positive"):
+        deliveries.latency_bands(attempt_frame(), step_ms=0)
+
+
+@pytest.mark.parametrize(
+    ("by", "expected"),
+    [
+        (
+            "partner_name",
+            {"partner_name": ["Acme", "Beta"], "deliveries": [2, 1], "under 1 s": [0.0, 0.0],
+             "1 s-1 min": [1.0, 0.0], "1-10 min": [0.0, 1.0], "10 min-1 h": [0.0, 0.0], "over 1 h": [0.0, 0.0]},
+        ),
+        (
+            None,
+            {"deliveries": [3], "under 1 s": [0.0], "1 s-1 min": [0.6667], "1-10 min": [0.3333],
+             "10 min-1 h": [0.0], "over 1 h": [0.0]},
+        ),
+    ],
+)  # fmt: skip
+def test_time_to_delivery_bands(by: By, expected: dict[str, list[object]]) -> None:
+    """Of each group's delivered deliveries (2 s, 30 s; 120 s), the share per band, every band a column."""
+    assert_frame_equal(deliveries.time_to_delivery_bands(delivery_frame(), by=by), pd.DataFrame(expected))
+
+
+def test_time_to_delivery_bands_start_and_end_at_their_edges() -> None:
+    """A band includes its lower edge: exactly 1 s is "1 s-1 min", exactly an hour is "over 1 h"."""
+    frame = delivery_frame().iloc[:1].assign(status="delivered")
+    for seconds, band in [(0.999, "under 1 s"), (1, "1 s-1 min"), (3599.9, "10 min-1 h"), (3600, "over 1 h")]:
+        timed = frame.assign(delivered_at=frame["created_at"] + pd.Timedelta(seconds=seconds))
+        found = deliveries.time_to_delivery_bands(timed, by=None)
+        assert found.loc[0, band] == 1.0, (seconds, band)
 
 
 @pytest.mark.parametrize(
@@ -326,7 +404,7 @@ def test_action_items() -> None:
             "detail": [
                 "paused 2024-03-02 08:30 UTC after answering 410; resume once the partner says the endpoint is back",
                 "retry schedule spent; last errors: http_500: 1",
-                "25% of attempts succeeded; errors: http_500: 2, connect: 1",
+                "attempt success rate 25%, below 95%; errors: http_500: 2, connect: 1",
             ],
             "command": [
                 "python -m service partners resume p_gone",
@@ -344,3 +422,34 @@ def test_action_items_when_all_is_well() -> None:
     result = deliveries.action_items(partners.iloc[2:], log, attempts)
     assert result.empty
     assert list(result.columns) == list(deliveries.ACTION_COLUMNS)
+
+
+def test_the_action_report_says_when_there_is_nothing_to_act_on() -> None:
+    """An empty action table is reported as one sentence naming the threshold, never as silence."""
+    empty = pd.DataFrame(columns=list(deliveries.ACTION_COLUMNS))
+    assert deliveries.action_report(empty) == (
+        "Nothing to act on: no partner is paused, no delivery has failed, and every partner's "
+        "attempt success rate is at least 95%."
+    )
+    assert deliveries.action_report(empty, min_success_rate=0.9).endswith("at least 90%.")
+
+
+def test_the_action_report_lists_each_command() -> None:
+    """Each action item is a comment naming the partner and issue, then the command to run."""
+    report = deliveries.action_report(deliveries.action_items(*operator_frames()))
+    assert report.splitlines() == [
+        "# Gone: paused",
+        "python -m service partners resume p_gone",
+        "# Flaky: failed",
+        "python -m service partners retry p_flaky",
+        "# Flaky: unreliable",
+        "python -m service partners test p_flaky",
+    ]
+
+
+def test_no_partners_means_nothing_to_act_on() -> None:
+    """Empty frames (a fresh database) give an empty table and the nothing-to-act-on sentence."""
+    partners, log, attempts = (frame.iloc[:0] for frame in operator_frames())
+    actions = deliveries.action_items(partners, log, attempts)
+    assert actions.empty and list(actions.columns) == list(deliveries.ACTION_COLUMNS)
+    assert deliveries.action_report(actions).startswith("Nothing to act on")

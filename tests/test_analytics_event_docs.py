@@ -9,7 +9,7 @@ import pytest
 
 from analytics import event_docs
 from service.events import EVENT_MODELS, example_payload
-from service.webhooks import signing
+from service.webhooks import signing, vectors
 
 
 def test_overview_lists_every_kind_in_catalog_order() -> None:
@@ -28,12 +28,26 @@ def test_common_fields() -> None:
 
 @pytest.mark.parametrize("kind", list(EVENT_MODELS))
 def test_signed_example_is_a_valid_delivery(kind: str) -> None:
-    """The example body is the model's example on the wire, and its signature verifies."""
+    """The example body is the model's example on the wire, and both its signatures verify."""
     request = event_docs.signed_example(kind)
     assert json.loads(request.body) == example_payload(EVENT_MODELS[kind])
     sent_at = int(request.headers[signing.TIMESTAMP_HEADER])
     signing.verify(request.headers, request.body, event_docs.EXAMPLE_SECRET, now=sent_at)
+    signing.verify_standard(request.headers, request.body, event_docs.EXAMPLE_SECRET, now=sent_at)
     assert request.headers[signing.EVENT_HEADER] == kind
+
+
+def test_signed_examples_are_the_test_vectors_with_their_own_delivery_ids() -> None:
+    """Each kind's example is its single/<kind> test vector, and no two share a delivery id."""
+    cases = {case["id"]: case for case in vectors.vectors_document("https://x.example")["cases"]}
+    ids = set()
+    for kind in EVENT_MODELS:
+        request = event_docs.signed_example(kind)
+        case = cases[f"single/{kind}"]
+        assert request.body.decode() == case["body"]
+        assert {name: request.headers[name] for name in case["headers"]} == case["headers"]
+        ids.add(request.headers[signing.DELIVERY_HEADER])
+    assert len(ids) == len(EVENT_MODELS)
 
 
 def test_signed_example_as_http() -> None:

@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks import load, report, waitlist
+from service.clock import ManualClock as Clock
 from service.errors import BadRequest
 from service.waitlist import parse_registration
-from tests.conftest import Clock
+from tests.conftest import REDIS_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,3 +75,17 @@ def test_limiter_benchmark_prints_a_row_per_client_count(capsys: pytest.CaptureF
     rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:4]]
     assert [row[0] for row in rows] == ["1", "40"]
     assert all(float(row[1]) > 0 and float(row[2]) > 0 and float(row[3]) > 0 for row in rows)
+
+
+def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks.ratelimit --redis URL` prints limits' call per hit and BatchedHits per hits in flight."""
+    if not REDIS_URL:
+        pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to measure")
+    from benchmarks import ratelimit
+
+    ratelimit.main(["--hits", "100", "--clients", "1", "--rounds", "1", "--redis", REDIS_URL, "--redis-hits", "64"])
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("in flight")))
+    rows = [line.split() for line in lines[start + 2 : start + 5]]
+    assert [row[0] for row in rows] == ["1", "8", "32"]
+    assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)

@@ -1,4 +1,4 @@
-"""The catalog documents hold to the spec, and every example fits its own schema and model."""
+"""The catalog documents hold to the published contract, and every example fits its own schema and model."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from service.catalog import (
     event_document,
 )
 from service.events import dump_payload, parse_event
+from service.exceptions import InvalidInput
 from service.webhooks.signing import signature_description
 
 BASE_URL = "https://launchrooms.example"
@@ -24,7 +25,7 @@ NOW = datetime(2026, 6, 29, 12, 0, 0, tzinfo=UTC)
 STRING, URL, NUMBER, TIME = "string", "string (URL)", "number", "string (ISO-8601 UTC)"
 COMMON = [("eventId", True, STRING), ("event", True, STRING), ("occurredAt", True, TIME)]
 
-# Written out from the spec's "Event kinds" section (scoreId and the roomType values from DESIGN.md):
+# The published contract of each kind, written out by hand (docs/architecture.md "Events and the catalog"):
 # id -> (meaning, trigger, boundary, dedupe key, [(member, required, type)]).
 SPEC: dict[str, tuple[str, str, str, str, list[tuple[str, bool, str]]]] = {
     "room.claimed": (
@@ -150,12 +151,12 @@ ENTRIES = {entry["id"]: entry for entry in CATALOG["events"]}
 
 
 def test_versions_are_the_specs() -> None:
-    """The three version strings are those of the spec's Versioning table."""
+    """The three version strings are those of docs/architecture.md "Public contract"."""
     assert (INTERFACE_VERSION, PUBLIC_API_VERSION, SCHEMA_VERSION) == ("0.1.0", "2026-06-29", "1.0")
 
 
 def test_catalog_has_exactly_the_spec_members() -> None:
-    """The catalog document carries the spec's ten members and their fixed values."""
+    """The catalog document carries its ten published members and their fixed values, then testEvent."""
     assert list(CATALOG) == [
         "kind",
         "schemaVersion",
@@ -167,6 +168,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
         "safetyBoundaries",
         "signature",
         "subscriptionModel",
+        "testEvent",
     ]
     assert {key: CATALOG[key] for key in ("kind", "schemaVersion", "publicApi", "publicApiVersion")} == {
         "kind": "service.project.webhook-catalog",
@@ -176,7 +178,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
     }
     assert CATALOG["signature"] == signature_description()
     assert list(CATALOG["rateLimits"]) == ["catalogRoutes", "webhookEvents", "attribution"]
-    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry"]
+    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry", "testDelivery"]
     strings = [
         CATALOG["deliveryModel"],
         *CATALOG["rateLimits"].values(),
@@ -186,13 +188,13 @@ def test_catalog_has_exactly_the_spec_members() -> None:
 
 
 def test_event_ids_are_the_spec_kinds_in_order() -> None:
-    """One entry per kind, in the spec's order."""
+    """One entry per kind, in the published order."""
     assert [entry["id"] for entry in CATALOG["events"]] == list(SPEC)
 
 
 @pytest.mark.parametrize("kind", list(SPEC))
 def test_entry_matches_the_spec(kind: str) -> None:
-    """Meaning, trigger, boundary, dedupe key, status and field table are the spec's."""
+    """Meaning, trigger, boundary, dedupe key, status and field table are the published ones."""
     meaning, trigger, boundary, dedupe, fields = SPEC[kind]
     entry = ENTRIES[kind]
     assert list(entry) == [
@@ -256,7 +258,7 @@ def test_example_fits_its_schema_and_model(kind: str) -> None:
 
 
 def test_safety_boundaries_restate_the_spec() -> None:
-    """The safety statements restate the spec's first section and the catalog's two decisions."""
+    """The safety statements restate the consumer rules and the catalog's two decisions."""
     assert CATALOG["safetyBoundaries"] == [
         "The service describes public room context, authority state, link state, market context and product "
         "surfaces.",
@@ -276,25 +278,34 @@ def test_safety_boundaries_restate_the_spec() -> None:
 
 
 def test_subscription_model_states_onboarding_and_retry_policy() -> None:
-    """Onboarding is admin-only and the retry text carries DESIGN.md's default schedule and outcomes."""
+    """Onboarding is admin-only and the retry text carries the default schedule and outcomes."""
     assert CATALOG["subscriptionModel"]["onboarding"] == (
         "Partners are onboarded through admin controls only; there is no self-serve subscription "
         "management. Onboarding issues the signing secret and may restrict the subscription to chosen event "
         "kinds; pausing, testing, retrying and secret rotation are admin operations too."
     )
     assert CATALOG["subscriptionModel"]["retry"] == (
-        "A 2xx answer is success. Any other status, a timeout or a refused connection is retried after "
-        "5, 300, 1800, 7200, 18000, 36000, 36000 seconds (each ±20% jitter; redirects are not followed). "
-        "A 410 answer pauses the partner until it is resumed. When the schedule is exhausted the delivery is "
-        "failed until an admin retries it. A retry keeps its x-service-delivery id and is signed with a "
-        "fresh timestamp."
+        "A 2xx answer within 15 seconds is success. Any other status, a timeout or a refused connection is "
+        "retried after 5, 300, 1800, 7200, 18000, 36000, 36000 seconds (each ±20% jitter; redirects are not "
+        "followed). A Retry-After header (seconds or an HTTP date) may lengthen the next wait, up to the "
+        "larger of the scheduled delay and 3600 seconds, but never shortens it. A 410 answer pauses the "
+        "partner: nothing more is sent until it is resumed, and then that delivery goes out again with "
+        "everything that waited. When the schedule is exhausted the delivery is failed until an admin "
+        "retries it. A retry keeps its x-service-delivery (webhook-id) id and is signed with a fresh "
+        "timestamp."
+    )
+    assert CATALOG["subscriptionModel"]["testDelivery"] == (
+        "An admin can send a signed webhook.test delivery to check an endpoint and its signature check: "
+        "sent once, at once, whatever event kinds the partner subscribes to; signed like every delivery; "
+        "never retried, and its answer (410 included) changes nothing. It is not one of the events: its "
+        "payload is described by testEvent."
     )
     assert CATALOG["subscriptionModel"]["delivery"] == CATALOG["deliveryModel"]
 
 
 @pytest.mark.parametrize("kind", list(SPEC))
 def test_event_document_wraps_the_catalog_entry(kind: str) -> None:
-    """The single-event document has the spec's five members and the catalog's entry unchanged."""
+    """The single-event document has its five published members and the catalog's entry unchanged."""
     assert event_document(BASE_URL, kind) == {
         "kind": "service.public.webhook-event-schema",
         "schemaVersion": "1.0",
@@ -332,3 +343,33 @@ def test_catalog_is_deterministic_json() -> None:
     first = json.dumps(catalog_document(BASE_URL), sort_keys=True, allow_nan=False)
     assert first == json.dumps(catalog_document(BASE_URL), sort_keys=True, allow_nan=False)
     assert json.loads(first) == CATALOG
+
+
+def test_the_test_event_is_documented_beside_the_nine_kinds() -> None:
+    """testEvent describes webhook.test like an event (fields, example, schema) and says no one subscribes."""
+    entry = CATALOG["testEvent"]
+    assert list(entry) == [
+        "id", "summary", "trigger", "trustBoundary", "subscribable", "payloadFields", "examplePayload",
+        "payloadSchema",
+    ]  # fmt: skip
+    assert (entry["id"], entry["subscribable"]) == ("webhook.test", False)
+    assert "webhook.test" not in ENTRIES
+    assert [(field["name"], field["required"], field["type"]) for field in entry["payloadFields"]] == [
+        *COMMON,
+        ("partnerId", True, STRING),
+        ("test", True, "boolean"),
+    ]
+    Draft202012Validator.check_schema(entry["payloadSchema"])
+    validator = Draft202012Validator(entry["payloadSchema"], format_checker=Draft202012Validator.FORMAT_CHECKER)
+    assert [error.message for error in validator.iter_errors(entry["examplePayload"])] == []
+    assert [error.message for error in validator.iter_errors({**entry["examplePayload"], "test": False})] == [
+        "True was expected"
+    ]
+
+
+def test_the_test_event_cannot_be_published() -> None:
+    """webhook.test is not a catalog kind: publishing one is refused like any unknown kind."""
+    example = CATALOG["testEvent"]["examplePayload"]
+    with pytest.raises(InvalidInput) as raised:
+        parse_event(example, now=NOW)
+    assert [(error.field, error.code) for error in raised.value.field_errors] == [("event", "unknown_event")]

@@ -24,6 +24,7 @@ def test_api_index_links_the_catalog_and_openapi(make_client):
         "links": {
             "self": f"{BASE}/api/v1",
             "webhookCatalog": f"{BASE}/api/v1/webhooks/events",
+            "webhookTestVectors": f"{BASE}/api/v1/webhooks/test-vectors",
             "openapi": f"{BASE}/api/v1/openapi.json",
             "waitlist": f"{BASE}/api/waitlist",
             "agentManifest": f"{BASE}/agent.json",
@@ -75,7 +76,13 @@ def test_unknown_event_id_is_404_in_the_error_shape(make_client, event_id):
 
 
 @pytest.mark.parametrize(
-    "path", ["/api/v1/webhooks/events", "/api/v1/webhooks/events/room.claimed", "/api/v1"]
+    "path",
+    [
+        "/api/v1/webhooks/events",
+        "/api/v1/webhooks/events/room.claimed",
+        "/api/v1/webhooks/test-vectors",
+        "/api/v1",
+    ],
 )
 @pytest.mark.parametrize("method", ["post", "put", "delete", "patch"])
 def test_catalog_routes_are_read_only(make_client, path, method):

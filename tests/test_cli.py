@@ -1,11 +1,21 @@
-"""`python -m service serve`: what it tells the operator before it starts."""
+"""`python -m service`: what serve tells the operator before it starts, and every help screen."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import re
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
-from service.cli import serve_warnings
+import pytest
+from processes import free_port, start_server, stop
+
+from service import commands
+from service.cli import main, serve_settings, serve_warnings
 from service.settings import Settings
+
+EVERY_INTERFACE = "0.0.0.0"  # noqa: S104 - an argument under test, nothing binds to it
 
 
 @pytest.mark.parametrize(
@@ -18,3 +28,143 @@ def test_serve_warns_when_processes_would_each_count_the_limit(
     found = serve_warnings(Settings(rate_limit_storage=storage), workers)
     assert bool(found) is warned
     assert all(f"up to {workers} times" in warning and "redis://" in warning for warning in found)
+
+
+def _help(capsys: pytest.CaptureFixture[str], *path: str) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*path, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+def _screens(capsys: pytest.CaptureFixture[str], *path: str) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Every help screen under ``path``: the screen, then its commands' screens, depth first."""
+    text = _help(capsys, *path)
+    yield path, text
+    for name in re.findall(r"^    (\S+)", text, re.M):  # the command list, indented four spaces
+        yield from _screens(capsys, *path, name)
+
+
+def _named_settings(text: str) -> list[str]:
+    return re.findall(r"^  (SERVICE_[A-Z_]+)$", text.split("settings (environment variables):\n", 1)[-1], re.M)
+
+
+def _options_without_help(text: str) -> list[str]:
+    lines = text.split("\noptions:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    return [
+        line.split()[0]
+        for line, following in zip(lines, [*lines[1:], ""], strict=True)
+        if line.startswith("  -") and len(line.strip().split("  ")) == 1 and not following.startswith(" " * 8)
+    ]
+
+
+EXPECTED = {
+    (): set(commands.EVERY_SETTING),
+    ("serve",): set(commands.EVERY_SETTING),
+    ("migrate",): {"database_url"},
+    ("waitlist", "erase"): {"database_url"},
+    ("partners", "add"): {"database_url", "webhook_allow_private_urls"},
+    ("partners", "test"): {"database_url", "webhook_allow_private_urls", "webhook_timeout"},
+    ("partners", "rotate-secret"): {"database_url", "secret_rotation_overlap"},
+    ("worker",): {
+        "database_url", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
+        "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",
+        "webhook_breaker_cooldown", "webhook_disable_after",
+    },
+}
+
+
+def test_every_help_screen_reads_well_and_names_its_settings(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each command and subcommand has a description, help for every option, no backticks, and
+    the SERVICE_* variables it reads with their meaning and default."""
+    screens = dict(_screens(capsys))
+    assert {("waitlist", "export"), ("waitlist", "erase"), ("partners", "retry"), ("events", "publish"), ("worker",)} <= set(screens)
+    for path, text in screens.items():
+        assert "`" not in text, path
+        assert _options_without_help(text) == [], path
+        description = text.split("\n\n", 2)[1]
+        assert description[:1].isupper() and description.rstrip().endswith("."), path
+        named = _named_settings(text)
+        assert "SERVICE_DATABASE_URL" in named, path
+        for name in named:
+            field = Settings.model_fields[name.removeprefix("SERVICE_").lower()]
+            assert field.description is not None and field.description.split()[0] in text, (path, name)
+    for path, expected in EXPECTED.items():
+        assert set(_named_settings(screens[path])) == {commands.variable(name) for name in expected}, path
+
+
+def test_the_host_and_port_options_say_what_they_are(capsys: pytest.CaptureFixture[str]) -> None:
+    """serve and worker explain --host and --port and show their defaults."""
+    serve, worker = (" ".join(_help(capsys, command).split()) for command in ("serve", "worker"))
+    assert "--host HOST address to listen on (default: 127.0.0.1)" in serve
+    assert "--port PORT port to listen on (default: 8000)" in serve
+    assert "--host HOST address of /healthz, /readyz, /metrics (default: 127.0.0.1)" in worker
+    assert "--port PORT their port, 0 for any free one (default: 8001)" in worker
+
+
+def test_every_setting_has_a_description() -> None:
+    """The help screens' settings list is built from the Settings model; each field says what it is."""
+    text = commands.settings_help(commands.EVERY_SETTING)
+    for name, field in Settings.model_fields.items():
+        assert field.description, name
+        assert commands.variable(name) in text
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "base_url"),
+    [
+        ("127.0.0.1", 8000, "http://127.0.0.1:8000"),
+        ("127.0.0.1", 9000, "http://127.0.0.1:9000"),
+        ("localhost", 8080, "http://localhost:8080"),
+        (EVERY_INTERFACE, 9000, "http://127.0.0.1:9000"),
+        ("::", 9000, "http://[::1]:9000"),
+        ("::1", 9000, "http://[::1]:9000"),
+        ("192.0.2.7", 80, "http://192.0.2.7:80"),
+    ],
+)
+def test_an_unset_base_url_follows_what_serve_listens_on(host: str, port: int, base_url: str) -> None:
+    """Without SERVICE_BASE_URL, serve's documents name its own host and port (loopback for every interface)."""
+    settings = serve_settings(Settings(), host, port)
+    assert settings.base_url == base_url
+    assert settings.database_url == Settings().database_url  # nothing else changes
+
+
+def test_a_set_base_url_is_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SERVICE_BASE_URL, when set, wins over the host and port, from the environment or a caller."""
+    monkeypatch.setenv("SERVICE_BASE_URL", "https://launchrooms.example/")
+    assert serve_settings(Settings(), "127.0.0.1", 9000).base_url == "https://launchrooms.example"
+    monkeypatch.delenv("SERVICE_BASE_URL")
+    given = Settings(base_url="http://127.0.0.1:8000")
+    assert serve_settings(given, "127.0.0.1", 9000).base_url == "http://127.0.0.1:8000"
+
+
+def test_serving_every_interface_without_a_base_url_is_warned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """0.0.0.0 with SERVICE_BASE_URL unset gets a warning naming the variable; set, or on loopback, none."""
+    monkeypatch.delenv("SERVICE_BASE_URL", raising=False)
+    [warning] = serve_warnings(Settings(), 1, EVERY_INTERFACE)
+    assert "SERVICE_BASE_URL" in warning
+    assert serve_warnings(Settings(), 1, "127.0.0.1") == []
+    monkeypatch.setenv("SERVICE_BASE_URL", "https://launchrooms.example")
+    assert serve_warnings(Settings(), 1, EVERY_INTERFACE) == []
+
+
+@pytest.mark.slow
+def test_serve_on_another_port_links_to_that_port(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """`python -m service serve --port P` with SERVICE_BASE_URL unset (as `make serve PORT=P` runs it):
+    /api/v1 and the catalog link to port P, not to the default 8000."""
+    monkeypatch.delenv("SERVICE_BASE_URL", raising=False)
+    port = free_port()
+    env = {"SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'service.db'}"}
+    server = start_server(port, env, "--no-worker", log=tmp_path / "server.log")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1", timeout=10) as response:
+            index = json.load(response)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/webhooks/events", timeout=10) as response:
+            catalog = json.load(response)
+    finally:
+        stop(server)
+    base = f"http://127.0.0.1:{port}"
+    assert index["publicApi"] == f"{base}/api/v1"
+    assert all(link.startswith(base + "/") for link in index["links"].values()), index["links"]
+    assert catalog["publicApi"] == f"{base}/api/v1"
+    assert all(entry["schemaUrl"].startswith(base + "/") for entry in catalog["events"])

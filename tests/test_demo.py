@@ -11,8 +11,9 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from analytics import deliveries, demo, load, waitlist
-from analytics.demo import Summary
+from analytics import deliveries, load, waitlist
+from service.demo import files, scenario
+from service.demo.driver import Summary, generate
 
 SEED = 7
 # Smaller than the notebooks' demo, with every scripted fault still in it (the outage, the 410).
@@ -28,7 +29,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Summary]]
     made = []
     for name in ("first", "second"):
         path = tmp_path_factory.mktemp(name) / "demo.db"
-        made.append((path, demo.write(path, SEED, **SIZES)))
+        made.append((path, files.write(path, SEED, **SIZES)))
     return made
 
 
@@ -38,7 +39,7 @@ def analyses(source: Path) -> dict[str, pd.DataFrame]:
     partners = load.load_partners(source)
     log = load.load_deliveries(source)
     attempts = load.load_attempts(source)
-    resolution = demo.LATENCY_RESOLUTION_MS
+    resolution = scenario.LATENCY_RESOLUTION_MS
     return {
         "registrations": registrations,
         "intent_mix": waitlist.intent_mix(registrations),
@@ -53,11 +54,13 @@ def analyses(source: Path) -> dict[str, pd.DataFrame]:
         .reset_index(drop=True),
         "attempts": attempts.drop(columns=["delivery_id", "partner_id", "duration_ms"]),
         "states": deliveries.states(log),
-        "success_rate": deliveries.success_rate(log),
+        "success_rate": deliveries.success_rate(attempts),
         "attempts_to_success": deliveries.attempts_to_success(log),
         "latency": deliveries.latency_percentiles(attempts, "partner_name", resolution_ms=resolution),
-        "failure_reasons": deliveries.failure_reasons(attempts),
+        "latency_bands": deliveries.latency_bands(attempts, "partner_name", step_ms=resolution),
+        "failure_reasons": deliveries.failure_reasons(attempts, "partner_name"),
         "time_to_delivery": deliveries.time_to_delivery(log, "partner_name"),
+        "time_to_delivery_bands": deliveries.time_to_delivery_bands(log, "partner_name"),
         "retries_that_succeeded": deliveries.retries_that_succeeded(log),
         "action_items": deliveries.action_items(partners, log, attempts).drop(columns="command"),
     }
@@ -77,8 +80,10 @@ ANALYSES = [
     "success_rate",
     "attempts_to_success",
     "latency",
+    "latency_bands",
     "failure_reasons",
     "time_to_delivery",
+    "time_to_delivery_bands",
     "retries_that_succeeded",
     "action_items",
 ]
@@ -105,7 +110,7 @@ def stored(path: Path) -> list[tuple[str, str]]:
 def test_registrations_went_through_the_endpoint(runs: list[tuple[Path, Summary]]) -> None:
     """Each valid submission is one row per (address, intent); every invalid one got 400, no row."""
     path, summary = runs[0]
-    submissions = demo.plan(SEED, **SIZES).submissions()
+    submissions = scenario.plan(SEED, **SIZES).submissions()
     valid = {(str(s.body["email"]).lower(), str(s.body["intent"])) for s in submissions if s.valid}
     invalid = [s for s in submissions if not s.valid]
     rows = stored(path)
@@ -125,9 +130,9 @@ def test_every_designed_fault_is_in_the_log(runs: list[tuple[Path, Summary]]) ->
     assert set(attempts["error_class"].dropna()) == DESIGNED_ERRORS  # no 401: signatures all verified
     assert set(attempts["outcome"]) == {"delivered", "retry", "failed", "paused"}
     assert set(log["status"]) == {"delivered", "pending", "failed"}
-    assert partners.loc[demo.GONE, "status"] == "paused"
-    assert set(log.loc[log["status"].eq("pending"), "partner_name"]) == {demo.GONE}
-    assert set(log.loc[log["status"].eq("failed"), "partner_name"]) == {demo.FLAKY}
+    assert partners.loc[scenario.GONE, "status"] == "paused"
+    assert set(log.loc[log["status"].eq("pending"), "partner_name"]) == {scenario.GONE}
+    assert set(log.loc[log["status"].eq("failed"), "partner_name"]) == {scenario.FLAKY}
     assert summary.attempts == len(attempts)
     assert summary.deliveries == len(log)
 
@@ -135,42 +140,22 @@ def test_every_designed_fault_is_in_the_log(runs: list[tuple[Path, Summary]]) ->
 def test_slow_answers_and_timeouts_fall_in_their_latency_steps(runs: list[tuple[Path, Summary]]) -> None:
     """Measured durations sit just above the designed delays, well inside one resolution step."""
     attempts = load.load_attempts(runs[0][0])
-    step = demo.LATENCY_RESOLUTION_MS
+    step = scenario.LATENCY_RESOLUTION_MS
     timeouts = attempts.loc[attempts["error_class"].eq("timeout"), "duration_ms"]
-    assert (timeouts // step * step == demo.WEBHOOK_TIMEOUT * 1000).all()
+    assert (timeouts // step * step == scenario.WEBHOOK_TIMEOUT * 1000).all()
     others = attempts.loc[attempts["error_class"].ne("timeout"), "duration_ms"]
-    designed = {0, demo.PROMPT_REPLY * 1000, demo.SLOW_REPLY * 1000}
+    designed = {0, scenario.PROMPT_REPLY * 1000, scenario.SLOW_REPLY * 1000}
     assert set(others // step * step) <= designed
 
 
 def test_the_database_is_stamped_with_what_made_it(runs: list[tuple[Path, Summary]]) -> None:
-    """user_version holds the fingerprint, so ensure() reuses it; other code or seeds would not."""
+    """user_version holds the fingerprint of the scenario, seed and sizes it was made from."""
     path, _ = runs[0]
     with contextlib.closing(sqlite3.connect(path)) as conn:
         (version,) = conn.execute("PRAGMA user_version").fetchone()
         (journal,) = conn.execute("PRAGMA journal_mode").fetchone()
-    assert version == demo.fingerprint(SEED) != demo.fingerprint(SEED + 1)
+    assert version == files.fingerprint(SEED, **SIZES) == files.user_version(path)
     assert journal == "delete"  # one self-contained file
-    assert demo.ensure(path, SEED) == path  # current: nothing regenerated
-
-
-def test_plan_is_a_function_of_the_seed() -> None:
-    """The same seed plans the same actions; another seed plans others."""
-    assert demo.plan(SEED, **SIZES) == demo.plan(SEED, **SIZES)
-    assert demo.plan(SEED, **SIZES) != demo.plan(SEED + 1, **SIZES)
-
-
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        ("../var/service.db", "../var/service.db"),
-        ("postgresql://reader@db/service", "postgresql://reader@db/service"),
-        (None, None),
-    ],
-)
-def test_source_passes_anything_but_demo_through(value: str | None, expected: str | None) -> None:
-    """A notebook's SOURCE other than "demo" goes to the loaders untouched."""
-    assert demo.source(value) == expected
 
 
 def test_write_refuses_to_reuse_a_partial_file(tmp_path: Path) -> None:
@@ -178,4 +163,4 @@ def test_write_refuses_to_reuse_a_partial_file(tmp_path: Path) -> None:
     path = tmp_path / "taken.db"
     path.write_bytes(b"")
     with pytest.raises(FileExistsError):
-        asyncio.run(demo.generate(path, SEED, **SIZES))
+        asyncio.run(generate(path, SEED, **SIZES))

@@ -14,6 +14,7 @@ import xmlschema
 from jsonschema import Draft202012Validator
 from llms_txt import parse_llms_file
 from sqlalchemy import insert
+from standardwebhooks import WebhookVerificationError
 
 from service.db.engine import create_engine
 from service.db.rooms import known_rooms
@@ -24,12 +25,13 @@ from service.discovery.llms import llms_index
 from service.discovery.sitemaps import sitemap_xml
 from service.errors import ServiceUnavailable
 from service.events import EVENT_MODELS, payload_fields
+from service.webhooks import partners
 from service.webhooks.signing import signature_headers
-from tests.conftest import SHARED
+from tests.conftest import DATA
 
 BASE = "https://rooms.example"
-TOKEN = "admin-token-for-discovery-tests"
-SITEMAP_XSD = xmlschema.XMLSchema(str(SHARED / "data" / "sitemap.xsd"))
+TOKEN = "admin-token-for-the-discovery-tests"
+SITEMAP_XSD = xmlschema.XMLSchema(str(DATA / "sitemap.xsd"))
 KINDS = list(EVENT_MODELS)
 
 PAGES = ["/", "/rooms", "/pricing", "/arcade", "/waitlist"]
@@ -43,6 +45,7 @@ MACHINE_SURFACES = [
     "/api/v1",
     "/api/v1/openapi.json",
     "/api/v1/webhooks/events",
+    "/api/v1/webhooks/test-vectors",
     *(f"/api/v1/webhooks/events/{kind}" for kind in KINDS),
 ]
 # Every read-only document with the media type it must be served as.
@@ -58,6 +61,7 @@ DOCUMENTS = {
     "/api/v1": "application/json; charset=utf-8",
     "/api/v1/openapi.json": "application/json; charset=utf-8",
     "/api/v1/webhooks/events": "application/json; charset=utf-8",
+    "/api/v1/webhooks/test-vectors": "application/json; charset=utf-8",
     **{f"/api/v1/webhooks/events/{kind}": "application/json; charset=utf-8" for kind in KINDS},
 }
 ROOM_TYPES = [
@@ -139,12 +143,29 @@ def test_llms_full_txt_covers_rooms_authority_waitlist_events_and_signatures(mak
         section = text.split(f"### {kind}\n", 1)[1].split("\n### ", 1)[0]
         for field in payload_fields(model):
             assert f"| `{field['name']}` | {field['type']} |" in section
-    for header in ("x-service-event", "x-service-delivery", "x-service-timestamp", "x-service-signature"):
+    for header in (
+        "x-service-event",
+        "x-service-delivery",
+        "x-service-timestamp",
+        "x-service-signature",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    ):
         assert f"`{header}`" in text
+    signatures = text.split("## Verifying signatures\n", 1)[1]
+    assert "### Standard Webhooks" in signatures
+    assert "- Signed payload: {webhook-id}.{webhook-timestamp}.{raw_body}" in signatures
+    assert "- Python: standardwebhooks (PyPI)" in signatures
+    assert f"{BASE}/api/v1/webhooks/test-vectors" in signatures
+
+
+def _python_blocks(text: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
 
 
 def _verify_function(text: str):
-    snippet = text.split("```python\n", 1)[1].split("```", 1)[0]
+    snippet = _python_blocks(text)[0]
     namespace: dict[str, object] = {}
     exec(snippet, namespace)  # noqa: S102 - the snippet is our own document, run to prove it works
     return namespace["verify"]
@@ -169,6 +190,28 @@ def test_llms_full_txt_verification_snippet_agrees_with_the_signer(make_client, 
     )
     assert verify(holding, headers, body) is expected
     assert verify(holding, headers, body + b" ") is False
+    assert verify(holding, {**headers, "x-service-timestamp": f" +{timestamp}"}, body) is False
+
+
+def test_llms_full_txt_library_snippet_verifies_a_delivery(make_client):
+    """The Standard Webhooks snippet in llms-full.txt, run as written, accepts a delivery signed now
+    and raises the library's error for another secret."""
+    with make_client(base_url=BASE) as client:
+        snippet = _python_blocks(client.get("/llms-full.txt").text)[1]
+    secret, other = (partners.new_secret() for _ in range(2))
+    body = b'{"eventId":"evt_1","event":"platform.milestone"}'
+    headers = signature_headers(
+        event="platform.milestone",
+        delivery_id="dlv_1",
+        body=body,
+        secrets=[secret],
+        timestamp=int(datetime.now(UTC).timestamp()),
+    )
+    namespace: dict[str, object] = {"secret": secret, "raw_body": body, "headers": headers}
+    exec(snippet, namespace)  # noqa: S102 - the snippet is our own document, run to prove it works
+    assert namespace["event"] == {"eventId": "evt_1", "event": "platform.milestone"}
+    with pytest.raises(WebhookVerificationError):
+        exec(snippet, {**namespace, "secret": other})  # noqa: S102
 
 
 # --- agent.json and room-schema.json --------------------------------------------------------------
@@ -450,6 +493,7 @@ def test_known_rooms_keeps_the_latest_time_per_room(database_url):
 EXTERNAL = (
     "https://json-schema.org/draft/2020-12/schema",
     "http://www.sitemaps.org/schemas/sitemap/0.9",
+    "https://www.standardwebhooks.com/",
     "https://launchrooms.example/",
 )
 URL_PATTERN = re.compile(r"https?://[^\s\"'<>)\]`,]+")
@@ -496,7 +540,9 @@ def test_documents_carry_validators_and_charset(make_client, path, media_type):
         ("", 200),
     ],
 )
-@pytest.mark.parametrize("path", ["/llms.txt", "/sitemap.xml", "/api/v1/webhooks/events"])
+@pytest.mark.parametrize(
+    "path", ["/llms.txt", "/sitemap.xml", "/api/v1/webhooks/events", "/api/v1/webhooks/test-vectors"]
+)
 def test_if_none_match_answers_304(make_client, path, if_none_match, status):
     """If-None-Match with the ETag (alone, weak, in a list, or *) is 304 repeating the ETag; else 200."""
     with make_client(base_url=BASE) as client:
@@ -520,6 +566,38 @@ def test_head_matches_get_without_a_body(make_client, path):
     for name in ("content-type", "content-length", "etag", "cache-control"):
         assert head.headers[name] == get.headers[name]
     assert int(head.headers["content-length"]) == len(get.content)
+
+
+@pytest.mark.parametrize("status", [200, 304])
+def test_document_header_lines_are_sanics_own(status):
+    """The lines encoded at render time are the ones Sanic's own HTTPResponse writes for those headers."""
+    from sanic import HTTPResponse
+
+    from service.discovery.caching import CACHE_CONTROL, DocumentResponse, cached
+
+    document = cached(b"{}\n", "application/json")
+    validators = {"ETag": document.etag, "Cache-Control": CACHE_CONTROL}
+    if status == 200:
+        ours = DocumentResponse(document.body, 200, document.media_type, document.headers)
+        sanics = HTTPResponse(
+            document.body, 200, headers={**validators, "X-Content-Type-Options": "nosniff"}, content_type=document.media_type
+        )
+    else:
+        ours = DocumentResponse(None, 304, None, document.not_modified_headers)
+        sanics = HTTPResponse(None, 304, headers=validators)
+    for response in (ours, sanics):
+        response.headers["content-length"] = "3"  # as Sanic adds it when it writes the response
+    lines = sorted((name.lower(), value) for name, value in sanics.processed_headers)
+    assert sorted(ours.processed_headers) == lines
+
+
+@pytest.mark.parametrize("media_type", ["text/plain\r\nSet-Cookie: a=b", "text/plain\x00", "text/plain; charset=ütf-8"])
+def test_a_header_sanic_would_alter_is_refused_at_render_time(media_type):
+    """CR, LF, NUL or non-ASCII in a document's headers stop the rendering, never reach a response."""
+    from service.discovery.caching import cached
+
+    with pytest.raises(ValueError, match="must be one line of ASCII"):
+        cached(b"x", media_type)
 
 
 # --- the content file -----------------------------------------------------------------------------

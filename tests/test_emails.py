@@ -1,22 +1,37 @@
-"""``check_email`` gives email-validator's verdict on every address, and remembers domains."""
+"""``validated_email`` gives email-validator's result on every address, and remembers domains."""
 
 from __future__ import annotations
 
+import inspect
+
+import email_validator
 import pytest
-from email_validator import EmailNotValidError, validate_email
+from email_validator import EmailNotValidError, ValidatedEmail, validate_email
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service import emails
-from service.emails import check_email
+from service.emails import check_email, validated_email
+from tests.pins import exact_pin
+
+
+def library_result(address: str) -> ValidatedEmail | str:
+    """validate_email's result, or its refusal's message."""
+    try:
+        return validate_email(address, check_deliverability=False)
+    except EmailNotValidError as refused:
+        return str(refused)
+
+
+def our_result(address: str) -> ValidatedEmail | str:
+    try:
+        return validated_email(address)
+    except EmailNotValidError as refused:
+        return str(refused)
 
 
 def library_accepts(address: str) -> bool:
-    try:
-        validate_email(address, check_deliverability=False)
-    except EmailNotValidError:
-        return False
-    return True
+    return isinstance(library_result(address), ValidatedEmail)
 
 
 def accepts(address: str) -> bool:
@@ -35,6 +50,8 @@ CASES = [
     ("IDNA in ASCII form", "a@xn--bcher-kva.example", True),
     ("unicode domain", "a@bücher.example", True),
     ("unicode local part", "jörg@example.com", True),
+    ("case-insensitive mailbox name, lower-cased", "PostMaster@Example.COM", True),
+    ("IDNA in ASCII form, upper case", "A@XN--BCHER-KVA.example", True),
     ("local part of 65 (only strict mode refuses it)", f"{LOCAL_64}l@example.com", True),
     ("254 characters", f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 60}.gg.com", True),
     ("255 characters", f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 60}.ggg.com", False),
@@ -62,8 +79,9 @@ CASES = [
 
 @pytest.mark.parametrize(("address", "valid"), [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_the_verdict_is_email_validators(address: str, valid: bool | None) -> None:
-    """Each tricky form gets the library's verdict (and, where the table gives one, that one)."""
+    """Each tricky form gets the library's verdict and result (and, where the table gives one, that verdict)."""
     assert accepts(address) == library_accepts(address)
+    assert our_result(address) == library_result(address)
     if valid is not None:
         assert accepts(address) is valid
 
@@ -94,8 +112,47 @@ LABELS = st.from_regex(r"[a-z0-9-]{1,20}", fullmatch=True)
     )
 )
 def test_every_generated_address_gets_the_librarys_verdict(address: str) -> None:
-    """Whatever the address, the cached path and email-validator agree."""
+    """Whatever the address, the cached path and email-validator agree: verdict, message and every field."""
     assert accepts(address) == library_accepts(address)
+    assert our_result(address) == library_result(address)
+
+
+def test_the_normalised_forms_are_the_librarys() -> None:
+    """An IDNA domain and a case-insensitive mailbox come back as email-validator normalises them."""
+    checked = validated_email("PostMaster@XN--BCHER-KVA.example")
+    assert (checked.normalized, checked.ascii_email, checked.smtputf8) == (
+        "postmaster@bücher.example",
+        "postmaster@xn--bcher-kva.example",
+        False,
+    )
+
+
+# email-validator's steps service.emails replays (not its public API), with the parameters it passes.
+REPLAYED = {
+    "email_validator.syntax.validate_email_domain_name": ["domain", "test_environment", "globally_deliverable"],
+    "email_validator.syntax.validate_email_local_part": ["local", "allow_smtputf8", "allow_empty_local", "quoted_local_part", "strict"],
+    "email_validator.syntax.validate_email_length": ["addrinfo"],
+    "email_validator.rfc_constants.CASE_INSENSITIVE_MAILBOX_NAMES": None,
+}
+
+
+def test_email_validator_is_the_pinned_version_whose_steps_are_replayed() -> None:
+    """The installed email-validator is the one pyproject.toml pins, and the steps replayed are where they were."""
+    pinned = exact_pin("email-validator")
+    assert pinned, "pyproject.toml must pin email-validator exactly (==): service.emails replays its internals"
+    assert email_validator.__version__ == pinned, (
+        f"service.emails replays email-validator {pinned}'s internal steps ({', '.join(REPLAYED)}); "
+        f"email-validator {email_validator.__version__} is installed. Run tests/test_emails.py and "
+        "python -m benchmarks.waitlist on it, then move the pin in pyproject.toml."
+    )
+    for name, parameters in REPLAYED.items():
+        module, _, attribute = name.rpartition(".")
+        found = getattr(__import__(module, fromlist=[attribute]), attribute, None)
+        assert found is not None, f"{name} is gone from email-validator {email_validator.__version__}"
+        if parameters is not None:
+            assert list(inspect.signature(found).parameters) == parameters, (
+                f"{name} changed its parameters in email-validator {email_validator.__version__}"
+            )
 
 
 def test_a_domain_is_checked_once_then_remembered() -> None:

@@ -8,9 +8,16 @@ import pytest
 from sanic import Request
 
 from service.app import create_app
+from service.exceptions import echoed_name
 from service.settings import Settings
 from tests.conftest import Client
 from tests.test_waitlist import stored_rows
+from tests.webhook_helpers import AUTH, milestone
+from tests.webhook_helpers import settings as webhook_settings
+
+LONG = "k" * 30_000  # a member name that, given twice, still fits the 64 KiB body limit
+SHOWN = "k" * 64 + "…"
+FORM = "application/x-www-form-urlencoded"
 
 
 @pytest.mark.parametrize(
@@ -48,12 +55,12 @@ def test_unexpected_error_is_a_plain_500(sqlite_url, caplog):
     assert any("hunter2" in str(record.exc_info) for record in caplog.records if record.exc_info)
 
 
-def test_health_and_readiness(make_client):
-    """/healthz says alive; /readyz says the database answers."""
-    with make_client() as client:
+def test_health_and_readiness(make_client, rate_limit_storage):
+    """/healthz says alive; /readyz says the database and the rate-limit store answer."""
+    with make_client(**rate_limit_storage) as client:
         alive, ready = client.get("/healthz"), client.get("/readyz")
     assert (alive.status_code, alive.json) == (200, {"ok": True})
-    assert (ready.status_code, ready.json) == (200, {"ok": True, "database": "up"})
+    assert (ready.status_code, ready.json) == (200, {"ok": True, "database": "up", "rateLimitStore": "up"})
 
 
 def test_readiness_fails_when_the_database_is_unreachable():
@@ -64,7 +71,7 @@ def test_readiness_fails_when_the_database_is_unreachable():
         registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
     assert (ready.status_code, ready.json) == (
         503,
-        {"ok": False, "message": "The database is not reachable.", "database": "down"},
+        {"ok": False, "message": "The database is not reachable.", "database": "down", "rateLimitStore": "up"},
     )
     assert (registration.status_code, registration.json) == (
         503,
@@ -108,8 +115,25 @@ def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, 
     assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (origin, "Origin")
 
 
+def test_readiness_names_both_when_both_are_unreachable():
+    """/readyz says which of the two cannot be reached, here both."""
+    settings = Settings(database_url="postgresql://nobody@127.0.0.1:9/none", rate_limit_storage="redis://127.0.0.1:9/0")
+    with Client(create_app(settings)) as client:
+        ready = client.get("/readyz")
+    assert (ready.status_code, ready.json) == (
+        503,
+        {
+            "ok": False,
+            "message": "The database and the rate-limit store are not reachable.",
+            "database": "down",
+            "rateLimitStore": "down",
+        },
+    )
+
+
 def test_an_unreachable_rate_limit_store_is_503_and_stores_nothing(sqlite_url, caplog):
-    """With Redis down, registrations are refused as briefly unavailable, not accepted unlimited."""
+    """With Redis down, registrations are refused as briefly unavailable, not accepted unlimited, and
+    the server says it is not ready."""
     settings = Settings(database_url=sqlite_url, rate_limit_storage="redis://127.0.0.1:9/0")
     with Client(create_app(settings)) as client:
         registration = client.post("/api/waitlist", json={"email": "down@example.com", "intent": "claim"})
@@ -118,7 +142,10 @@ def test_an_unreachable_rate_limit_store_is_503_and_stores_nothing(sqlite_url, c
         503,
         {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
     )
-    assert ready.status_code == 200  # readiness is the database's (DESIGN.md)
+    assert (ready.status_code, ready.json) == (
+        503,
+        {"ok": False, "message": "The rate-limit store is not reachable.", "database": "up", "rateLimitStore": "down"},
+    )
     assert asyncio.run(stored_rows(sqlite_url)) == []
     assert [record.getMessage() for record in caplog.records if record.name == "service.db.batch"] == [
         "rate-limit hits failed"
@@ -144,3 +171,36 @@ def test_a_postgresql_server_that_never_answers_is_503_after_the_connect_timeout
         503,
         {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
     )
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("a", "a"), ("k" * 64, "k" * 64), ("k" * 65, SHOWN), (LONG, SHOWN), ("x\ud800", "x\ufffd"), ("é🐸", "é🐸")],
+)
+def test_echoed_names_are_bounded(name, shown):
+    """At most 64 characters and a marker; a lone surrogate becomes U+FFFD; the rest is kept."""
+    assert echoed_name(name) == shown
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "kwargs", "code"),
+    [
+        ("post", "/api/waitlist", {"json": {"email": "a@example.com", "intent": "claim", LONG: 1}}, "unknown_field"),
+        ("post", "/api/waitlist", {"content": f'{{"{LONG}": 1, "{LONG}": 2}}'.encode()}, "repeated"),
+        ("post", "/api/waitlist", {"content": f"{LONG}=1&{LONG}=2".encode()}, "repeated"),
+        ("post", "/admin/events", {"json": {**milestone(), LONG: 1}, "headers": AUTH}, "unknown_field"),
+        ("post", "/admin/partners", {"json": {"name": "P", "url": "http://127.0.0.1:9/", LONG: 1}, "headers": AUTH}, "unknown_field"),
+        ("get", f"/admin/deliveries?{LONG[:4000]}=1", {"headers": AUTH}, "unknown_parameter"),
+        ("get", f"/admin/waitlist?{LONG[:2000]}=1&{LONG[:2000]}=2", {"headers": AUTH}, "repeated"),
+    ],
+    ids=["waitlist member", "json repeated", "form repeated", "event member", "partner member", "query", "query repeated"],
+)
+def test_error_bodies_never_echo_a_long_name_whole(make_client, method, path, kwargs, code):
+    """Wherever a name comes from the client, the error shows 64 characters of it and a marker."""
+    if "content" in kwargs:
+        form = kwargs["content"].endswith(b"=2")
+        kwargs["headers"] = {"content-type": FORM if form else "application/json"}
+    with make_client(**webhook_settings()) as client:
+        response = client.request(method, path, **kwargs)
+    assert response.status_code == 400
+    assert [(error["field"], error["code"]) for error in response.json["errors"]] == [(SHOWN, code)]

@@ -25,6 +25,7 @@ PUBLIC_PATHS = {
     "/api/v1/openapi.json",
     "/api/v1/webhooks/events",
     "/api/v1/webhooks/events/{eventId}",
+    "/api/v1/webhooks/test-vectors",
     "/healthz",
     "/readyz",
 }
@@ -92,6 +93,9 @@ def test_webhooks_describe_every_event_kind(openapi):
             "x-service-delivery",
             "x-service-timestamp",
             "x-service-signature",
+            "webhook-id",
+            "webhook-timestamp",
+            "webhook-signature",
         ]
         schema = openapi["components"]["schemas"][model.__name__]
         assert schema["properties"]["event"]["const"] == kind
@@ -104,6 +108,7 @@ def test_webhooks_describe_every_event_kind(openapi):
         ("/.well-known/agent.json", "AgentManifest"),
         ("/api/v1", "ApiIndex"),
         ("/api/v1/webhooks/events", "CatalogDocument"),
+        ("/api/v1/webhooks/test-vectors", "WebhookVectors"),
         *((f"/api/v1/webhooks/events/{kind}", "EventSchemaDocument") for kind in EVENT_MODELS),
     ],
 )

@@ -12,9 +12,17 @@ from hypothesis import strategies as st
 from limits import parse
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
-from service.ratelimit import RateLimiter, WindowCounters
+from service.ratelimit import (
+    LIMITS_VERSION,
+    WINDOW_COUNTERS_URI,
+    BatchedHits,
+    LimitsInternalsMoved,
+    RateLimiter,
+    WindowCounters,
+)
 from service.settings import Settings
 from tests.conftest import REDIS_URL, RUN_ID, Client
+from tests.pins import exact_pin
 from tests.scratch import redis_keys
 
 BODY = {"email": "rate@example.com", "intent": "claim"}
@@ -218,6 +226,7 @@ def test_window_counters_cleared_counter_created_again_keeps_its_new_expiry():
 
 
 def test_memory_uri_builds_window_counters_and_redis_keeps_limits_storage(rate_limit_storage):
+    """memory:// is served by WindowCounters, redis:// by limits' own RedisStorage."""
     from limits.aio.storage import RedisStorage
 
     limiter = RateLimiter(Settings(**rate_limit_storage))
@@ -313,6 +322,68 @@ def test_batched_hits_survive_redis_forgetting_the_script(redis_settings):
 
 
 def test_redis_hits_are_batched_and_memory_hits_are_counted_in_process(rate_limit_storage):
+    """On Redis hits go through BatchedHits; in memory, straight to WindowCounters."""
     limiter = RateLimiter(Settings(**rate_limit_storage))
     on_redis = not rate_limit_storage["rate_limit_storage"].startswith("memory")
     assert (limiter._batched is not None, limiter._counters is not None) == (on_redis, not on_redis)
+
+
+def test_window_counters_is_a_storage_registered_with_limits():
+    """limits' own storage factory builds WindowCounters from its scheme, as for any custom storage."""
+    from limits.storage import storage_from_string
+
+    assert type(storage_from_string(WINDOW_COUNTERS_URI)) is WindowCounters
+
+
+# --- limits' internals under BatchedHits: the pinned version's, or a loud failure --------------------
+
+
+def _limits_redis_storage():
+    """limits' redis-py storage, as RateLimiter builds it; nothing connects until a command is sent."""
+    from limits.storage import storage_from_string
+
+    return storage_from_string("async+redis://127.0.0.1:1", implementation="redispy", key_prefix="unused")
+
+
+def test_limits_is_the_pinned_version_whose_internals_batched_hits_reads():
+    """pyproject.toml pins limits exactly, to the version installed and proven (LIMITS_VERSION)."""
+    import limits
+
+    pinned = exact_pin("limits")
+    assert pinned, "pyproject.toml must pin limits exactly (==): service.ratelimit.BatchedHits reads its internals"
+    assert limits.__version__ == pinned == LIMITS_VERSION, (
+        f"service.ratelimit.BatchedHits reads limits {LIMITS_VERSION}'s internals (RedisStorage.bridge, "
+        "_current_window_key, _previous_window_key, the bridge's prefixed_key, get_connection and "
+        f"acquire_sliding_window.lua); pyproject.toml pins {pinned} and {limits.__version__} is installed. "
+        "Run tests/test_ratelimit.py and python -m benchmarks.ratelimit --redis URL on it, then move both."
+    )
+    assert isinstance(BatchedHits(_limits_redis_storage()), BatchedHits)
+
+
+@pytest.mark.parametrize(
+    ("move", "named"),
+    [
+        (lambda storage: setattr(storage, "bridge", None), "RedisStorage.bridge"),
+        (lambda storage: setattr(storage, "_current_window_key", None), "RedisStorage._current_window_key"),
+        (lambda storage: setattr(storage.bridge, "prefixed_key", None), "RedispyBridge.prefixed_key"),
+        (lambda storage: setattr(storage.bridge, "lua_acquire_sliding_window", object()), "lua_acquire_sliding_window.script"),
+        (lambda storage: setattr(storage.bridge.lua_acquire_sliding_window, "script", "return true"), "acquire_sliding_window.lua (its text changed)"),
+    ],
+)
+def test_batched_hits_refuses_to_start_when_an_internal_moved(move, named):
+    """An internal gone or changed stops BatchedHits with its name and the proven version, never a fallback."""
+    storage = _limits_redis_storage()
+    move(storage)
+    with pytest.raises(LimitsInternalsMoved) as moved:
+        BatchedHits(storage)
+    assert named in str(moved.value)
+    assert f"limits {LIMITS_VERSION}'s internal" in str(moved.value)
+
+
+def test_a_limiter_on_redis_without_limits_internals_does_not_start(monkeypatch):
+    """RateLimiter on redis:// fails to build when BatchedHits cannot: no silent call-per-hit fallback."""
+    import limits.aio.storage.redis.redispy as redispy
+
+    monkeypatch.setattr(redispy.RedispyBridge, "prefixed_key", None)
+    with pytest.raises(LimitsInternalsMoved, match=r"RedispyBridge\.prefixed_key"):
+        RateLimiter(Settings(rate_limit_storage="redis://127.0.0.1:1"))

@@ -1,4 +1,4 @@
-"""POST /api/waitlist through real HTTP: every rule of the spec and DESIGN.md's Waitlist rules."""
+"""POST /api/waitlist through real HTTP: every rule of docs/architecture.md "Waitlist intake"."""
 
 from __future__ import annotations
 

@@ -6,8 +6,11 @@ import io
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ from webhook_helpers import Receiver, milestone, room_claimed
 
 from service.cli import main
 from service.webhooks.signing import verify
+from tests.processes import free_port, wait_ready
 
 
 @pytest.fixture
@@ -46,6 +50,7 @@ def test_partner_commands(env: dict[str, str], capsys: pytest.CaptureFixture[str
         code, listing, _ = run(capsys, "partners", "list")
         assert listing == {"partners": [added]}
         assert secret not in json.dumps(listing)
+        assert run(capsys, "partners", "show", partner_id)[1] == added
 
         assert run(capsys, "partners", "pause", partner_id)[1]["status"] == "paused"
         assert run(capsys, "partners", "resume", partner_id)[1]["status"] == "active"
@@ -62,12 +67,12 @@ def test_partner_commands(env: dict[str, str], capsys: pytest.CaptureFixture[str
         assert run(capsys, "partners", "retry", partner_id)[1] == {"partnerId": partner_id, "requeued": 0}
 
 
-@pytest.mark.parametrize("command", ["pause", "resume", "test", "rotate-secret", "retry"])
+@pytest.mark.parametrize("command", ["show", "pause", "resume", "test", "rotate-secret", "retry"])
 def test_unknown_partner_id(env: dict[str, str], capsys: pytest.CaptureFixture[str], command: str) -> None:
     """An unknown id exits 1 with the 404 error document on stderr."""
     code, out, err = run(capsys, "partners", command, "ptn_missing")
     assert code == 1 and out is None
-    assert err == {"ok": False, "message": 'No partner has the id "ptn_missing".'}
+    assert err == {"ok": False, "message": "No partner has this id."}
 
 
 def test_add_refuses_bad_input(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,18 +108,44 @@ def test_events_publish_from_a_file_and_stdin(
         assert code == 1 and "cannot read" in err
 
 
-def test_the_standalone_worker_delivers_and_stops_on_sigterm(
+def _start_worker(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m service worker` on a free port; returns once its /readyz answers 200."""
+    port = free_port()
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "service", "worker", "--concurrency", "4", "--port", str(port)],
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    base = f"http://127.0.0.1:{port}"
+    wait_ready(f"{base}/readyz", worker)
+    return worker, base
+
+
+def _stop_worker(worker: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
+    """SIGTERM; the worker must exit 0. Its log lines, each a JSON object."""
+    worker.send_signal(signal.SIGTERM)
+    _, stderr = worker.communicate(timeout=15)
+    assert worker.returncode == 0, stderr.decode()
+    return [json.loads(line) for line in stderr.decode().splitlines()]
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+
+
+def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
     env: dict[str, str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`python -m service worker` picks up another process's publish at its poll, and exits cleanly."""
+    """`python -m service worker` picks up another process's publish at its poll, answers /readyz
+    and /metrics on its own port, logs JSON lines, and exits cleanly."""
     with Receiver() as receiver:
-        run(capsys, "partners", "add", "--name", "P", "--url", receiver.url())
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "service", "worker", "--concurrency", "4"],
-            env={**os.environ, **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        _, partner, _ = run(capsys, "partners", "add", "--name", "P", "--url", receiver.url())
+        worker, base = _start_worker(env)
         try:
             event = Path(env["SERVICE_DATABASE_URL"].removeprefix("sqlite:///")).with_name("e.json")
             event.write_text(json.dumps(room_claimed()))
@@ -122,7 +153,40 @@ def test_the_standalone_worker_delivers_and_stops_on_sigterm(
             assert code == 0
             assert receiver.wait_for(lambda requests: len(requests) == 1, timeout=15)
             assert json.loads(receiver.requests[0].body)["eventId"] == published["eventId"]
+            assert _get(f"{base}/readyz") == (200, b'{"ok": true, "database": "up"}')
+            status, text = _get(f"{base}/metrics")
+            assert status == 200
+            assert f'service_webhook_deliveries_waiting{{partner="{partner["id"]}"}}'.encode() in text
+            assert b"service_webhook_attempts_total{" in text
         finally:
-            worker.send_signal(signal.SIGTERM)
-            _, stderr = worker.communicate(timeout=15)
-        assert worker.returncode == 0, stderr.decode()
+            lines = _stop_worker(worker)
+    [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]
+    assert (ready["level"], ready["message"], ready["health"]) == ("info", "delivering webhooks", f"{base}/healthz")
+
+
+def test_the_standalone_workers_healthz_follows_its_loop(env: dict[str, str]) -> None:
+    """A running worker's loop turns every poll interval, so /healthz answers 200."""
+    worker, base = _start_worker(env)
+    try:
+        status, body = _get(f"{base}/healthz")
+    finally:
+        _stop_worker(worker)
+    assert status == 200 and json.loads(body)["ok"] is True
+
+
+def test_a_worker_whose_port_is_taken_says_so(env: dict[str, str]) -> None:
+    """A second worker on a port in use exits 1 with the reason, instead of delivering unwatched."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "service", "worker", "--port", str(port)],
+            env={**os.environ, **env},
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 1
+    [line] = [json.loads(text) for text in done.stderr.decode().splitlines()]
+    assert line["level"] == "error" and line["message"].startswith(f"cannot listen on 127.0.0.1:{port}: ")

@@ -8,7 +8,9 @@ import socket
 from datetime import datetime
 from typing import Any
 
+import pytest
 from conftest import Client
+from prometheus_client.parser import text_string_to_metric_families
 from webhook_helpers import (
     AUTH,
     Receiver,
@@ -24,7 +26,6 @@ from webhook_helpers import (
 
 from service.app import create_app
 from service.settings import Settings
-from service.webhooks import runtime
 from service.webhooks.signing import verify
 
 
@@ -62,13 +63,13 @@ def test_a_delivery_is_the_stored_payload_signed_with_four_headers(make_client: 
             "event": "room.claimed",
             "partnerId": partner["id"],
             "status": "delivered",
-            "createdAt": "2026-06-29T12:00:00Z",
+            "createdAt": "2026-06-29T12:00:00.000000Z",
             "nextAttemptAt": None,
-            "deliveredAt": "2026-06-29T12:00:02Z",
+            "deliveredAt": "2026-06-29T12:00:02.000000Z",
             "attempts": [
                 {
                     "attempt": 1,
-                    "startedAt": "2026-06-29T12:00:02Z",
+                    "startedAt": "2026-06-29T12:00:02.000000Z",
                     "durationMs": delivery["attempts"][0]["durationMs"],
                     "statusCode": 200,
                     "errorClass": None,
@@ -259,6 +260,29 @@ def test_response_excerpt_is_bounded(make_client: Any) -> None:
         assert deliveries(client)[0]["attempts"][0]["responseExcerpt"] == "é" * 256
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Huge": "a" * 65_536},  # one header line far past the line limit
+        {f"X-Many-{n}": "b" for n in range(100)},  # more header lines than the 64 allowed
+    ],
+    ids=["oversized header", "too many headers"],
+)
+def test_a_hostile_answer_head_is_a_failed_attempt(make_client: Any, headers: dict[str, str]) -> None:
+    """An oversized or overlong head is an attempt failed as "protocol", retried; the worker goes on."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        receiver.script("/hook", Reply(200, "ok", headers=headers))
+        publish(client, room_claimed())
+        assert drain(client) == 1
+        [delivery] = deliveries(client)
+        [attempt] = delivery["attempts"]
+        assert (delivery["status"], attempt["errorClass"], attempt["statusCode"]) == ("pending", "protocol", None)
+        publish(client, room_claimed("second"))  # the next answer is an ordinary 200
+        assert drain(client) == 1
+        assert sorted(d["status"] for d in deliveries(client)) == ["delivered", "pending"]
+
+
 def test_event_filters(make_client: Any) -> None:
     """A partner with an events filter gets only those kinds; one without gets every kind."""
     with Receiver() as receiver, make_client(**settings()) as client:
@@ -290,7 +314,7 @@ def test_test_delivery(make_client: Any, clock: Any) -> None:
             "eventId": result["eventId"],
             "event": "webhook.test",
             "attempt": {
-                "startedAt": "2026-06-29T12:00:00Z",
+                "startedAt": "2026-06-29T12:00:00.000000Z",
                 "durationMs": result["attempt"]["durationMs"],
                 "statusCode": 200,
                 "errorClass": None,
@@ -339,20 +363,46 @@ def test_deliveries_listing_filters(make_client: Any) -> None:
         ]
 
 
-def test_metrics_count_attempts_and_queue_depth(make_client: Any) -> None:
-    """/admin/metrics shows attempts by outcome and the queue depth by state."""
+def _attempts(text: str) -> dict[tuple[str, str], float]:
+    return {
+        (sample.labels["partner"], sample.labels["outcome"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "service_webhook_attempts_total"
+    }
+
+
+def test_metrics_count_attempts_and_what_waits(make_client: Any, clock: Any) -> None:
+    """/admin/metrics shows attempts by outcome, the undelivered queue by state, and per partner
+    what waits and how old the oldest waiting delivery is."""
     with Receiver() as receiver, make_client(**settings()) as client:
-        onboard(client, receiver.url())
+        partner = onboard(client, receiver.url())
         receiver.script("/hook", 500)
         publish(client, room_claimed("one"))
         publish(client, room_claimed("two"))
         drain(client)
+        clock.advance(42)
         text = client.get("/admin/metrics", headers=AUTH).text
-        assert 'service_webhook_attempts_total{outcome="delivered"} 1.0' in text
-        assert 'service_webhook_attempts_total{outcome="retry"} 1.0' in text
+        by_outcome: dict[str, float] = {}
+        for (_, outcome), value in _attempts(text).items():
+            by_outcome[outcome] = by_outcome.get(outcome, 0) + value
+        assert by_outcome == {"delivered": 1.0, "retry": 1.0}
         assert 'service_webhook_queue_depth{status="pending"} 1.0' in text
-        assert 'service_webhook_queue_depth{status="delivered"} 1.0' in text
+        assert 'service_webhook_queue_depth{status="delivering"} 0.0' in text
+        assert 'service_webhook_queue_depth{status="delivered"}' not in text
+        assert f'service_webhook_deliveries_waiting{{partner="{partner["id"]}"}} 1.0' in text
+        assert f'service_webhook_oldest_waiting_seconds{{partner="{partner["id"]}"}} 42.0' in text
         assert "service_webhook_attempt_seconds_count 2.0" in text
+
+
+def test_the_worker_counts_attempts_by_partner(make_client: Any) -> None:
+    """Each attempt the worker makes is counted under its partner's id."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url())
+        publish(client, room_claimed("one"))
+        drain(client)
+        text = client.get("/admin/metrics", headers=AUTH).text
+        assert _attempts(text) == {(partner["id"], "delivered"): 1.0}
 
 
 def test_the_serve_worker_wakes_on_publish(sqlite_url: str, clock: Any) -> None:
@@ -360,7 +410,7 @@ def test_the_serve_worker_wakes_on_publish(sqlite_url: str, clock: Any) -> None:
     app = create_app(Settings(database_url=sqlite_url, **settings()), clock=clock, run_worker=True)
     with Receiver() as receiver, Client(app) as client:
         onboard(client, receiver.url())
-        worker = runtime.state(app).worker
+        worker = app.ctx.webhooks.worker
         assert worker is not None
         worker.poll_interval = 60  # only the wake-up can deliver in time
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import logging
+import re
 from typing import Any
 
 import pytest
@@ -51,7 +53,7 @@ def test_unknown_partner_is_404(make_client: Any, method: str, path: str) -> Non
 def test_onboarding_answers_the_secret_once(make_client: Any) -> None:
     """201 with the partner and its secret; listings and lookups never show a secret."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        client.app.ctx.extras["webhook_resolve"] = _public_dns
+        client.app.ctx.resolve = _public_dns
         created = client.post(
             "/admin/partners",
             json={"name": " Acme ", "url": URL, "events": ["room.claimed", "room.upgraded"]},
@@ -60,15 +62,21 @@ def test_onboarding_answers_the_secret_once(make_client: Any) -> None:
         assert created.status == 201
         body = created.json
         secret = body.pop("secret")
-        assert len(secret) == 43  # token_urlsafe(32): 32 random bytes, base64url
+        # The Standard Webhooks form: whsec_ and the standard base64 of 32 random bytes.
+        assert re.fullmatch(r"whsec_[A-Za-z0-9+/]{43}=", secret)
+        assert len(base64.b64decode(secret.removeprefix("whsec_"), validate=True)) == 32
         assert body == {
             "id": body["id"],
             "name": "Acme",
             "url": URL,
             "events": ["room.claimed", "room.upgraded"],
             "status": "active",
-            "createdAt": "2026-06-29T12:00:00Z",
-            "updatedAt": "2026-06-29T12:00:00Z",
+            "maxInFlight": None,
+            "circuit": "closed",
+            "consecutiveFailures": 0,
+            "failingSince": None,
+            "createdAt": "2026-06-29T12:00:00.000000Z",
+            "updatedAt": "2026-06-29T12:00:00.000000Z",
             "previousSecretExpiresAt": None,
         }
         assert body["id"].startswith("ptn_")
@@ -109,7 +117,7 @@ async def _public_dns(host: str, port: int) -> list[str]:
 def test_onboarding_validation(make_client: Any, body: dict[str, Any], errors: list[tuple[str, str]]) -> None:
     """Bad onboarding bodies are 400 with each field at fault named."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        client.app.ctx.extras["webhook_resolve"] = _public_dns
+        client.app.ctx.resolve = _public_dns
         response = client.post("/admin/partners", json=body, headers=AUTH)
         assert response.status == 400
         assert [(e["field"], e["code"]) for e in response.json["errors"]] == errors
@@ -135,7 +143,7 @@ def test_pause_and_resume(make_client: Any, clock: Any) -> None:
             response = client.post(f"/admin/partners/{partner['id']}/{path}", headers=AUTH)
             assert response.status == 200
             assert response.json["status"] == status
-            assert response.json["updatedAt"] == "2026-06-29T12:01:00Z"
+            assert response.json["updatedAt"] == "2026-06-29T12:01:00.000000Z"
             assert "secret" not in response.json
 
 
@@ -148,7 +156,7 @@ def test_rotation_overlap(make_client: Any, clock: Any) -> None:
         assert rotated.status == 200
         new = rotated.json["secret"]
         assert new != old
-        assert rotated.json["previousSecretExpiresAt"] == "2026-06-29T12:10:00Z"
+        assert rotated.json["previousSecretExpiresAt"] == "2026-06-29T12:10:00.000000Z"
         listing = client.get("/admin/partners", headers=AUTH).text
         assert old not in listing and new not in listing
 

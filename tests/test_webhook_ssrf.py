@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import ipaddress
 import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
 from webhook_helpers import AUTH, Receiver, deliveries, drain, publish, room_claimed, settings
 
-from service.webhooks import runtime
+from service.webhooks.partners import NewPartner, create_partner
 from service.webhooks.ssrf import (
     ForbiddenAddress,
     GuardedResolver,
@@ -49,7 +52,23 @@ FORBIDDEN = [
     ("64:ff9b::a00:1", "NAT64 of a private address"),
     ("2002:a00:1::1", "6to4 of a private address"),
     ("2001:db8::1", "IPv6 documentation"),
+    ("fec0::1", "IPv6 site-local, which is_global calls global"),
+    ("feff::1", "IPv6 site-local, top"),
 ]
+# IPv4 spellings other than four decimal numbers, each 127.0.0.1 to a resolver (inet_aton).
+NUMERIC_HOSTS = [
+    "2130706433",
+    "0x7f000001",
+    "0177.0.0.1",
+    "0177.0.0.01",
+    "127.1",
+    "127.0.1",
+    "0x7f.1",
+    "0x7F.0.0.1",
+    "127.0.0.01",
+    "127.0.0.1.",
+]
+NUMERIC_MESSAGE = "Write an IPv4 host as four decimal numbers, like 192.0.2.1."
 
 
 @pytest.mark.parametrize(("address", "why"), FORBIDDEN)
@@ -140,7 +159,7 @@ def test_onboarding_refuses_every_forbidden_class(make_client: Any, address: str
 def test_onboarding_refuses_a_name_resolving_to_a_private_address(make_client: Any) -> None:
     """A host name is resolved at onboarding; one pointing inside is refused, a public one accepted."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        client.app.ctx.extras[runtime.RESOLVE_KEY] = fake_dns(
+        client.app.ctx.resolve = fake_dns(
             {"internal.example": ["10.0.0.5"], "partner.example": [PUBLIC]}
         )
         refused = client.post(
@@ -162,7 +181,7 @@ def test_delivery_rechecks_dns_and_refuses_without_connecting(make_client: Any) 
     """A name that later resolves inside (DNS rebinding) is refused at delivery: logged as ssrf."""
     with Receiver() as receiver, make_client(**settings(webhook_allow_private_urls=False)) as client:
         dns = {"partner.example": [PUBLIC]}
-        client.app.ctx.extras[runtime.RESOLVE_KEY] = fake_dns(dns)
+        client.app.ctx.resolve = fake_dns(dns)
         response = client.post(
             "/admin/partners",
             json={"name": "P", "url": f"https://partner.example:{receiver.port}/hook"},
@@ -184,3 +203,82 @@ def test_delivery_rechecks_dns_and_refuses_without_connecting(make_client: Any) 
         assert test.json["ok"] is False
         assert test.json["attempt"]["errorClass"] == "ssrf"
         assert receiver.requests == []
+
+
+@pytest.mark.parametrize("host", NUMERIC_HOSTS)
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_numeric_host_forms_are_refused_by_the_parser(host: str, allow_private: bool) -> None:
+    """Decimal, octal, hex and short IPv4 forms are refused before any resolver sees them."""
+    with pytest.raises(UnsafeURL) as caught:
+        parse_partner_url(f"https://{host}:8443/hook", allow_private=allow_private)
+    assert (caught.value.code, str(caught.value)) == ("invalid_url", NUMERIC_MESSAGE)
+
+
+@pytest.mark.parametrize("host", ["192.0.2.1", "partner.example", "1e100.net", "deadbeef.cafe", "a.b1"])
+def test_names_and_dotted_quads_still_parse(host: str) -> None:
+    """A host whose last label is not a number is a name; four decimal numbers are an address."""
+    assert parse_partner_url(f"https://{host}/hook", allow_private=False).raw_host == host
+
+
+@pytest.mark.parametrize("host", NUMERIC_HOSTS)
+def test_onboarding_refuses_numeric_host_forms(make_client: Any, host: str) -> None:
+    """POST /admin/partners answers 400 on the url for every non-standard IPv4 spelling."""
+    with make_client(**settings(webhook_allow_private_urls=False)) as client:
+        response = client.post("/admin/partners", json={"name": "P", "url": f"https://{host}/h"}, headers=AUTH)
+    assert (response.status_code, response.json) == (
+        400,
+        {
+            "ok": False,
+            "message": "The request is not valid.",
+            "errors": [{"field": "url", "code": "invalid_url", "message": NUMERIC_MESSAGE}],
+        },
+    )
+
+
+@contextmanager
+def connection_recorder() -> Iterator[tuple[int, list[Any]]]:
+    """A loopback TCP listener that records every connection it accepts, and closes it."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    accepted: list[Any] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                connection, peer = server.accept()
+            except TimeoutError:
+                continue
+            accepted.append(peer)
+            connection.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1], accepted
+    finally:
+        stop.set()
+        thread.join(5)
+        server.close()
+
+
+def test_a_stored_numeric_host_is_never_connected_to(make_client: Any, clock: Any) -> None:
+    """A partner URL stored before the rule (a numeric host) fails each attempt without connecting."""
+    with connection_recorder() as (port, accepted), make_client(
+        **settings(webhook_allow_private_urls=False)
+    ) as client:
+        engine = client.app.ctx.engine
+
+        async def store_partners() -> None:
+            async with engine.begin() as conn:
+                for host in NUMERIC_HOSTS:
+                    await create_partner(conn, NewPartner(host, f"https://{host}:{port}/hook", None), now=clock())
+
+        client.run(store_partners())
+        publish(client, room_claimed())
+        assert drain(client) == len(NUMERIC_HOSTS)
+        attempts = [attempt for delivery in deliveries(client) for attempt in delivery["attempts"]]
+    assert [(attempt["errorClass"], attempt["statusCode"]) for attempt in attempts] == [
+        ("invalid_url", None)
+    ] * len(NUMERIC_HOSTS)
+    assert accepted == []

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from service.webhooks import runtime
 
-ADMIN_TOKEN = "admin-test-token"
+ADMIN_TOKEN = "admin-test-token-of-the-webhook-tests"
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 

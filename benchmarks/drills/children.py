@@ -18,11 +18,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from tests.processes import ROOT, kill, stop, wait_ready
+from tests.processes import ROOT, free_port, kill, stop, wait_ready
 
 CLI_TIMEOUT = 60.0  # seconds: a CLI command migrates and opens an engine, then does one thing
 READY_TIMEOUT = 30.0  # seconds for a child to come up (migrations, imports) on a slow machine
-WORKER_READY = b"delivering webhooks"  # what `python -m service worker` says once it has migrated
+WORKER_READY = b"delivering webhooks"  # what `python -m service worker` logs once it is delivering
 
 
 class Children:
@@ -83,7 +83,8 @@ class Children:
         """``python -m service worker``; with ``wait``, returns once it says it is delivering."""
         log = self.logs / f"{name}.log"
         starts = log.read_bytes().count(WORKER_READY) if log.exists() else 0
-        process = self.spawn(name, ["worker"], settings)
+        # Each on a port of its own for its probes: several workers run on one machine here.
+        process = self.spawn(name, ["worker", "--port", str(free_port())], settings)
         if wait:
             self.wait_worker(name, process, starts + 1)
         return process

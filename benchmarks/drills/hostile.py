@@ -11,10 +11,10 @@ shape, ``Retry-After``).
 
 What must hold: no 5xx at all, and no check failure, except one kind that is known and counted
 apart: an address that JSON Schema's ``format: email`` allows but the service's validator
-(email-validator, DESIGN.md "Waitlist rules") refuses, such as a special-use domain (``.test``,
-``.invalid``, ``.local``). Those are 400 ``invalid_email``, as the OpenAPI document says; they are
-counted only when the answer names the email field alone and email-validator itself refuses the
-address. Anything else is reported with schemathesis' reproduction (a curl command).
+(email-validator, docs/architecture.md "Waitlist intake") refuses, such as a special-use domain
+(``.test``, ``.invalid``, ``.local``). Those are 400 ``invalid_email``, as the OpenAPI document
+says; they are counted only when the answer names the email field alone and email-validator itself
+refuses the address. Anything else is reported with schemathesis' reproduction (a curl command).
 """
 
 from __future__ import annotations

@@ -98,9 +98,15 @@ def delivery_states(url: str) -> Counter[str]:
     return Counter({status: count for status, count in asyncio.run(_rows(url, statement))})
 
 
-def claims(url: str) -> dict[str, int]:
-    """Each delivery's claim count (``attempts``: one per claim, less claims handed back unsent)."""
-    return dict(asyncio.run(_rows(url, select(deliveries.c.id, deliveries.c.attempts))))
+def logged_attempts(url: str) -> dict[str, list[int]]:
+    """Each delivery's logged attempt numbers, in order."""
+    statement = select(delivery_attempts.c.delivery_id, delivery_attempts.c.attempt).order_by(
+        delivery_attempts.c.delivery_id, delivery_attempts.c.attempt
+    )
+    numbers: dict[str, list[int]] = {}
+    for delivery_id, attempt in asyncio.run(_rows(url, statement)):
+        numbers.setdefault(delivery_id, []).append(attempt)
+    return numbers
 
 
 def attempt_outcomes(url: str) -> Counter[str]:

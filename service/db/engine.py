@@ -52,7 +52,11 @@ def sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
 
 
 def create_engine(database_url: str, **options: Any) -> AsyncEngine:
+    """The async engine for the operator's URL; its errors never carry statement parameters."""
     url = async_url(database_url)
+    # Parameters hold partner secrets and registrants' addresses; an error that reaches a log must
+    # name the statement only.
+    options["hide_parameters"] = True
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -87,3 +91,12 @@ async def migrate_async(database_url: str) -> None:
 async def ping(engine: AsyncEngine) -> None:
     async with engine.connect() as connection:
         await connection.execute(text("SELECT 1"))
+
+
+async def reachable(engine: AsyncEngine) -> bool:
+    """Whether the database answers now (the readiness probes); never raises."""
+    try:
+        await ping(engine)
+    except Exception:
+        return False
+    return True

@@ -4,22 +4,34 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.clock import format_timestamp
 from service.db.tables import registrations
 
 COLUMNS = ("email", "intent", "project", "message", "createdAt", "updatedAt")
+Intent = Literal["claim", "member", "arcade"]  # claim a room, follow rooms, add arcade
+INTENTS: tuple[Intent, ...] = get_args(Intent)
+
+
+def email_key(address: str) -> str:
+    """The identity of an address: two registrations are the same person's when their keys match.
+
+    The waitlist stores each (key, intent) once, and erasure removes every row of a key, so both
+    compute it here and nowhere else.
+    """
+    return address.strip().lower()
 
 
 class Registration(NamedTuple):
     """One registration as the route accepted it (a tuple: built on every request, 0.3 µs)."""
 
     email: str  # trimmed, as submitted
-    email_key: str  # the identity of the address: compared case-insensitively
+    email_key: str  # the identity of the address (``email_key``)
     intent: str
     project: str | None
     message: str | None
@@ -79,13 +91,9 @@ def _entry(row: Any) -> dict[str, Any]:
         "intent": row.intent,
         "project": row.project,
         "message": row.message,
-        "createdAt": _iso(row.created_at),
-        "updatedAt": _iso(row.updated_at),
+        "createdAt": format_timestamp(row.created_at),
+        "updatedAt": format_timestamp(row.updated_at),
     }
-
-
-def _iso(moment: datetime) -> str:
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 async def list_registrations(
@@ -107,3 +115,9 @@ async def iter_registrations(conn: AsyncConnection) -> AsyncIterator[dict[str, A
 
 async def count_registrations(conn: AsyncConnection) -> int:
     return int((await conn.execute(select(func.count()).select_from(registrations))).scalar_one())
+
+
+async def erase_registrations(conn: AsyncConnection, key: str) -> int:
+    """Delete every registration of one address, whatever its intent; how many rows went."""
+    result = await conn.execute(delete(registrations).where(registrations.c.email_key == key))
+    return int(result.rowcount)

@@ -13,6 +13,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -25,6 +26,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
+
+from service.webhooks.states import CLAIMABLE as CLAIMABLE_STATUSES
 
 # Stable constraint names make Alembic migrations identical on both databases.
 metadata = MetaData(
@@ -81,12 +84,19 @@ partners = Table(
     Column("name", String(200), nullable=False),
     Column("url", String(2048), nullable=False),
     Column("events", Text),  # JSON array of event kinds, NULL for every kind
-    Column("status", String(16), nullable=False),  # active | paused
+    Column("status", String(16), nullable=False),  # active | paused | disabled
     Column("secret", String(128), nullable=False),
     Column("previous_secret", String(128)),
     Column("previous_secret_expires_at", UTCDateTime()),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
+    Column("max_in_flight", Integer),  # NULL: SERVICE_WEBHOOK_MAX_IN_FLIGHT
+    # The circuit breaker (service.webhooks.breaker): failed attempts in a row, since when, and
+    # while open, until when no attempt is made and how long the last cool-down was.
+    Column("consecutive_failures", Integer, nullable=False, server_default="0"),
+    Column("failing_since", UTCDateTime()),
+    Column("circuit_open_until", UTCDateTime()),
+    Column("circuit_cooldown", Float),
 )
 
 events = Table(
@@ -108,7 +118,7 @@ deliveries = Table(
     Column("event_id", String(64), ForeignKey("events.id"), nullable=False),
     Column("partner_id", String(40), ForeignKey("partners.id"), nullable=False),
     Column("status", String(16), nullable=False),  # pending | delivering | delivered | failed
-    Column("attempts", Integer, nullable=False, default=0),
+    Column("attempts", Integer, nullable=False, default=0),  # attempts logged; the next is attempts + 1
     Column("next_attempt_at", UTCDateTime(), nullable=False),
     Column("claimed_until", UTCDateTime()),
     Column("claim_token", String(40)),
@@ -120,8 +130,7 @@ deliveries = Table(
 # size of the queue however many delivered rows accumulate (a partial index on both databases).
 # It replaced ix_deliveries_due (status, next_attempt_at), which planners preferred for the claim
 # and then sorted every due row before the LIMIT (migration 0002).
-CLAIMABLE_STATUSES = ("pending", "delivering")
-CLAIMABLE = text("status IN ('pending', 'delivering')")
+CLAIMABLE = text("status IN ({})".format(", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)))
 Index(
     "ix_deliveries_claimable",
     deliveries.c.next_attempt_at,
@@ -129,6 +138,17 @@ Index(
     postgresql_where=CLAIMABLE,
 )
 Index("ix_deliveries_partner_id", deliveries.c.partner_id)
+# Each partner's live claims, counted by every claim (the per-partner in-flight cap).
+IN_FLIGHT = text("status = 'delivering'")
+Index("ix_deliveries_in_flight", deliveries.c.partner_id, sqlite_where=IN_FLIGHT, postgresql_where=IN_FLIGHT)
+# Each partner's due rows in due order, for claims that serve partners in turn.
+Index(
+    "ix_deliveries_partner_claimable",
+    deliveries.c.partner_id,
+    deliveries.c.next_attempt_at,
+    sqlite_where=CLAIMABLE,
+    postgresql_where=CLAIMABLE,
+)
 
 delivery_attempts = Table(
     "delivery_attempts",

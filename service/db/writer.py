@@ -105,15 +105,21 @@ def refused_rows(error: BaseException) -> bool:
     then fails alone. A lost or refused connection, a timeout or a locked database fails the batch
     whole, at once.
     """
-    return isinstance(
-        error,
-        (
-            sqlite3.IntegrityError,
-            sqlite3.DataError,
-            asyncpg.exceptions.IntegrityConstraintViolationError,
-            asyncpg.exceptions.DataError,
-        ),
-    )
+    # Through SQLAlchemy the driver's error is wrapped: look at the whole chain of causes.
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, _REFUSALS):
+            return True
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return False
+
+
+_REFUSALS = (
+    sqlite3.IntegrityError,
+    sqlite3.DataError,
+    asyncpg.exceptions.IntegrityConstraintViolationError,
+    asyncpg.exceptions.DataError,
+)
 
 
 class RegistrationWriter(Protocol):
@@ -128,7 +134,7 @@ class SQLiteWriter:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = sqlalchemy.create_engine(
-            engine.url.set(drivername="sqlite+pysqlite"), poolclass=NullPool
+            engine.url.set(drivername="sqlite+pysqlite"), poolclass=NullPool, hide_parameters=True
         )
         event.listen(self._engine, "connect", sqlite_pragmas)
         self._upsert = Upsert(self._engine.dialect)

@@ -1,7 +1,7 @@
 """Serving rendered documents: bytes, strong ETag and headers computed once, 304 on a match.
 
 A request costs one header lookup and a string compare; everything else (body, ETag, the encoded
-header lines) was decided when the document was rendered. HEAD needs nothing here: Sanic sends
+validator lines) was decided when the document was rendered. HEAD needs nothing here: Sanic sends
 the GET headers (Content-Length included) without the body.
 """
 
@@ -16,8 +16,9 @@ from typing import Any
 
 from sanic import HTTPResponse, Request
 
-# Spec "Limits": clients cache catalog and discovery responses. Five minutes keeps crawlers and
-# agents cheap to serve while a content change (a restart) reaches them within minutes.
+# docs/architecture.md "Discovery documents": clients cache catalog and discovery responses. Five
+# minutes keeps crawlers and agents cheap to serve while a content change (a restart) reaches them
+# within minutes.
 MAX_AGE = 300
 CACHE_CONTROL = f"public, max-age={MAX_AGE}"
 
@@ -29,35 +30,40 @@ def strong_etag(body: bytes) -> str:
 
 Encoded = tuple[tuple[bytes, bytes], ...]
 
+# What Sanic strips from header values it sends (CR, LF, NUL): here refused, once, at render time.
+_NOT_IN_A_HEADER = frozenset("\r\n\x00")
+
 
 def _encode(headers: dict[str, str]) -> Encoded:
     """Header lines as Sanic writes them; names lower-case, as HTTP/2 and HTTP/3 require."""
     for name, value in headers.items():
-        if not (name + value).isascii() or "\r" in value or "\n" in value:
+        if not (name + value).isascii() or not _NOT_IN_A_HEADER.isdisjoint(name + value):
             raise ValueError(f"header {name} must be one line of ASCII")
     return tuple((name.lower().encode("ascii"), value.encode("ascii")) for name, value in headers.items())
 
 
 class DocumentResponse(HTTPResponse):
-    """An ``HTTPResponse`` whose fixed headers were encoded once, when the document was rendered.
+    """An ``HTTPResponse`` whose validators were encoded once, when the document was rendered.
 
-    Sanic sanitises and encodes every header of every response in ``processed_headers``, about a
-    microsecond per header. A cached document's content type and validators never change, so they
-    are kept as encoded lines (``fixed_headers``) and only the headers Sanic adds per response
-    (content length, connection) go through Sanic's sanitising. The fixed headers are not in
-    ``self.headers``: a middleware must not set them again.
+    Sanic encodes (and, since 25.12.1, sanitises) every header of every response in its public
+    ``processed_headers``, about a microsecond per header. A cached document's validators never
+    change, so they are kept as encoded lines (``fixed_headers``), checked once by ``_encode``,
+    and put in front of what Sanic's own ``processed_headers`` yields for the rest: the content
+    type (as for any response given one) and whatever Sanic or a middleware adds per response.
+    The fixed headers are not in ``self.headers``: a middleware must not set them again.
     """
 
-    fixed_headers: Encoded = ()
+    __slots__ = ("fixed_headers",)
+
+    def __init__(
+        self, body: bytes | None, status: int, content_type: str | None, fixed_headers: Encoded
+    ) -> None:
+        super().__init__(body, status, content_type=content_type)
+        self.fixed_headers = fixed_headers
 
     @property
     def processed_headers(self) -> Iterator[tuple[bytes, bytes]]:
-        sanitize = self._sanitize_header_value
-        added = (
-            (sanitize(name).encode("ascii"), sanitize(f"{value}").encode(errors="surrogateescape"))
-            for name, value in self.headers.items()
-        )
-        return chain(self.fixed_headers, added)
+        return chain(self.fixed_headers, super().processed_headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +71,19 @@ class CachedDocument:
     body: bytes
     media_type: str
     etag: str
-    headers: Encoded  # sent with 200 (and HEAD), Content-Type included
+    headers: Encoded  # sent with 200 (and HEAD) besides the content type
     not_modified_headers: Encoded  # sent with 304: RFC 9110 15.4.5 repeats ETag and Cache-Control
 
 
 def cached(body: bytes, media_type: str, cache_control: str = CACHE_CONTROL) -> CachedDocument:
     etag = strong_etag(body)
     validators = {"ETag": etag, "Cache-Control": cache_control}
+    _encode({"Content-Type": media_type})  # Sanic sends it; refused here, at render time, if unsendable
     return CachedDocument(
         body=body,
         media_type=media_type,
         etag=etag,
-        headers=_encode({"Content-Type": media_type, **validators, "X-Content-Type-Options": "nosniff"}),
+        headers=_encode({**validators, "X-Content-Type-Options": "nosniff"}),
         not_modified_headers=_encode(validators),
     )
 
@@ -100,9 +107,5 @@ def etag_matches(if_none_match: str, etag: str) -> bool:
 def respond(request: Request, document: CachedDocument) -> HTTPResponse:
     if_none_match = request.headers.get("if-none-match")
     if if_none_match is not None and etag_matches(if_none_match, document.etag):
-        response = DocumentResponse(status=304)
-        response.fixed_headers = document.not_modified_headers
-    else:
-        response = DocumentResponse(document.body)
-        response.fixed_headers = document.headers
-    return response
+        return DocumentResponse(None, 304, None, document.not_modified_headers)
+    return DocumentResponse(document.body, 200, document.media_type, document.headers)

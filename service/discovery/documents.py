@@ -24,6 +24,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.catalog import catalog_document, event_document
+from service.clock import Clock
 from service.db.rooms import known_rooms, latest_event_time
 from service.discovery.caching import CachedDocument, cached, json_bytes
 from service.discovery.content import Content, load_content
@@ -42,12 +43,14 @@ from service.discovery.surfaces import (
     OPENAPI,
     ROBOTS,
     ROOM_SCHEMA,
+    TEST_VECTORS,
     WELL_KNOWN_AGENT_JSON,
     XML,
 )
 from service.errors import ServiceUnavailable
 from service.events import EVENT_MODELS
 from service.settings import Settings
+from service.webhooks.vectors import vectors_document
 
 log = logging.getLogger("service.discovery")
 
@@ -60,9 +63,6 @@ SITEMAP_TTL = timedelta(seconds=60)
 LATE_COMMIT_OVERLAP = timedelta(minutes=5)
 # After a failed read, the stale rendering is served this long before the next try.
 RETRY_AFTER_FAILURE = timedelta(seconds=5)
-
-Clock = Callable[[], datetime]
-
 
 class RoomSitemap:
     """``sitemap.xml``: the configured pages plus every room published events have named."""
@@ -154,6 +154,7 @@ def render_documents(content: Content, base_url: str) -> dict[str, CachedDocumen
         API_INDEX.path: cached(json_bytes(api_index(base_url).model_dump(mode="json")), JSON),
         OPENAPI.path: cached(json_bytes(openapi_document(content, base_url)), JSON),
         CATALOG.path: cached(json_bytes(catalog_document(base_url)), JSON),
+        TEST_VECTORS.path: cached(json_bytes(vectors_document(base_url)), JSON),
     }
 
 

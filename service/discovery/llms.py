@@ -27,6 +27,7 @@ from service.discovery.surfaces import (
     ROBOTS,
     ROOM_SCHEMA,
     SITEMAP,
+    TEST_VECTORS,
     WAITLIST_PATH,
     WELL_KNOWN_AGENT_JSON,
     event_schema_urls,
@@ -64,7 +65,7 @@ def llms_index(content: Content, base_url: str) -> LlmsIndex:
     info = "\n\n".join([*content.paragraphs, _instructions(content), content.attribution])
     docs = [
         Link(surface.title, url(base_url, surface.path), surface.notes)
-        for surface in (LLMS_FULL_TXT, AGENT_JSON, ROOM_SCHEMA, API_INDEX, OPENAPI, CATALOG)
+        for surface in (LLMS_FULL_TXT, AGENT_JSON, ROOM_SCHEMA, API_INDEX, OPENAPI, CATALOG, TEST_VECTORS)
     ]
     pages = [Link(page.title, url(base_url, page.path), page.notes) for page in content.pages]
     events = [
@@ -258,17 +259,28 @@ def _events_section(base_url: str) -> str:
     return "\n\n".join(["## Webhook events", lead, *blocks])
 
 
-# A receiver's check, written from the signature description; a test runs it against the signer.
+# A receiver's check of x-service-signature, written from the signature description; a test runs
+# it against the signer.
 VERIFY_SNIPPET = """\
 import base64, hashlib, hmac, time
 
 def verify(secret: str, headers: dict[str, str], raw_body: bytes, tolerance: int = 300) -> bool:
-    timestamp = headers["x-service-timestamp"]
+    headers = {name.lower(): value for name, value in headers.items()}
+    timestamp = headers.get("x-service-timestamp", "").strip()
+    if not (timestamp.isascii() and timestamp.isdigit()):
+        return False
     mac = hmac.new(secret.encode(), timestamp.encode() + b"." + raw_body, hashlib.sha256)
     expected = base64.urlsafe_b64encode(mac.digest()).rstrip(b"=").decode()
-    signatures = [part.strip() for part in headers["x-service-signature"].split(",")]
+    signatures = [part.strip() for part in headers.get("x-service-signature", "").split(",")]
     matched = any(hmac.compare_digest(f"v1={expected}", part) for part in signatures)
     return matched and abs(time.time() - int(timestamp)) <= tolerance"""
+
+# The same check of webhook-signature with the Standard Webhooks library; a test runs it too.
+STANDARD_SNIPPET = """\
+from standardwebhooks import Webhook  # pip install standardwebhooks
+
+# secret: as issued (whsec_...); raises WebhookVerificationError when the delivery is refused
+event = Webhook(secret).verify(raw_body, headers)"""
 
 
 def _words(name: str) -> str:
@@ -277,7 +289,31 @@ def _words(name: str) -> str:
     return spaced[:1].upper() + spaced[1:]
 
 
-def _signature_section() -> str:
+def _standard_webhooks_block(standard: dict[str, Any]) -> str:
+    libraries = standard.get("libraries")
+    library_rows = (
+        "\n".join(f"- {language}: {package}" for language, package in libraries.items())
+        if isinstance(libraries, dict)
+        else ""
+    )
+    details = "\n".join(
+        f"- {_words(name)}: {value}" for name, value in standard.items() if isinstance(value, str)
+    )
+    return "\n\n".join(
+        [
+            "### Standard Webhooks",
+            "The webhook-* headers follow the Standard Webhooks specification, so its maintained "
+            "libraries verify them:",
+            details,
+            "Libraries by language:",
+            library_rows,
+            "In Python, with the library:",
+            "```python\n" + STANDARD_SNIPPET + "\n```",
+        ]
+    )
+
+
+def _signature_section(base_url: str) -> str:
     signature = signature_description()
     headers = signature.get("headers")
     header_rows = (
@@ -290,21 +326,27 @@ def _signature_section() -> str:
         for name, value in signature.items()
         if name != "headers" and isinstance(value, str)
     )
+    standard = signature.get("standardWebhooks")
+    vectors = url(base_url, TEST_VECTORS.path)
     return "\n\n".join(
         [
             "## Verifying signatures",
-            "The catalog is public and unsigned; deliveries to onboarded partners are signed.",
+            "The catalog is public and unsigned; deliveries to onboarded partners are signed twice, "
+            "over the same body: `x-service-signature`, the service's own scheme, and "
+            "`webhook-signature`, the Standard Webhooks scheme. Check either, or both.",
             details,
             "Headers on every delivery:",
             header_rows,
-            "In Python, with the standard library only:",
+            f"Test vectors for any verifier, with the verdict in each scheme: {vectors}",
+            "`x-service-signature` in Python, with the standard library only:",
             "```python\n" + VERIFY_SNIPPET + "\n```",
+            _standard_webhooks_block(standard if isinstance(standard, dict) else {}),
         ]
     )
 
 
 def _documents_section(base_url: str) -> str:
-    surfaces = [*DOCUMENTS, API_INDEX, OPENAPI, CATALOG]
+    surfaces = [*DOCUMENTS, API_INDEX, OPENAPI, CATALOG, TEST_VECTORS]
     items = "\n".join(
         f"- [{surface.title}]({url(base_url, surface.path)}): {surface.notes}" for surface in surfaces
     )
@@ -322,7 +364,7 @@ def llms_full_txt(content: Content, base_url: str) -> bytes:
         _guidance_section(content),
         _waitlist_section(base_url),
         _events_section(base_url),
-        _signature_section(),
+        _signature_section(base_url),
         _documents_section(base_url),
     ]
     return ("\n\n".join(sections) + "\n").encode("utf-8")

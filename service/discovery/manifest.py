@@ -23,6 +23,7 @@ from service.discovery.surfaces import (
     DOCUMENTS,
     LLMS_TXT,
     OPENAPI,
+    TEST_VECTORS,
     WAITLIST_PATH,
     event_schema_urls,
     url,
@@ -79,6 +80,7 @@ def api_index(base_url: str) -> ApiIndex:
         links={
             "self": url(base_url, API_INDEX.path),
             "webhookCatalog": url(base_url, CATALOG.path),
+            "webhookTestVectors": url(base_url, TEST_VECTORS.path),
             "openapi": url(base_url, OPENAPI.path),
             "waitlist": url(base_url, WAITLIST_PATH),
             "agentManifest": url(base_url, AGENT_JSON.path),

@@ -37,6 +37,7 @@ from service.discovery.surfaces import (
     ROBOTS,
     ROOM_SCHEMA,
     SITEMAP,
+    TEST_VECTORS,
     WAITLIST_PATH,
     WELL_KNOWN_AGENT_JSON,
     Surface,
@@ -44,6 +45,7 @@ from service.discovery.surfaces import (
 from service.events import EVENT_MODELS
 from service.waitlist import WaitlistRequest, WaitlistResponse
 from service.webhooks.signing import signature_description
+from service.webhooks.vectors import WebhookVectors
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"
@@ -61,6 +63,7 @@ def _component_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         (CatalogDocument, "serialization"),
         (EventSchemaDocument, "serialization"),
         (PublicRoom, "serialization"),
+        (WebhookVectors, "serialization"),
         *((model, "serialization") for model in EVENT_MODELS.values()),
     ]
     refs, definitions = models_json_schema(models, ref_template=REF)
@@ -128,6 +131,7 @@ def _document_schemas(refs: dict[str, dict[str, Any]]) -> dict[Surface, dict[str
         API_INDEX: refs["ApiIndex"],
         OPENAPI: {"type": "object", "description": "This document."},
         CATALOG: refs["CatalogDocument"],
+        TEST_VECTORS: refs["WebhookVectors"],
     }
 
 
@@ -164,7 +168,7 @@ def _paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     schemas = _document_schemas(refs)
     paths: dict[str, Any] = {WAITLIST_PATH: {"post": _waitlist_operation(refs)}}
     for surface in (*DOCUMENTS, *API_DOCUMENTS):
-        tag = "webhooks" if surface is CATALOG else "discovery"
+        tag = "webhooks" if surface in (CATALOG, TEST_VECTORS) else "discovery"
         media_type = surface.media_type.split(";")[0]
         paths[surface.path] = {
             "get": _read_operation(_operation_id(surface), tag, surface.notes, media_type, schemas[surface])
@@ -189,7 +193,7 @@ def _paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     event_schema["responses"]["404"] = _error("No event kind with this id is in the catalog.")
     paths[EVENT_SCHEMA_PATH] = {"get": event_schema}
     paths["/healthz"] = {"get": _probe("getHealth", "The process is alive.")}
-    paths["/readyz"] = {"get": _probe("getReadiness", "The database is reachable.")}
+    paths["/readyz"] = {"get": _probe("getReadiness", "The database and the rate-limit store are reachable.")}
     return paths
 
 
@@ -251,7 +255,10 @@ def openapi_document(content: Content, base_url: str) -> dict[str, Any]:
         "tags": [
             {"name": "waitlist", "description": "The one write operation."},
             {"name": "discovery", "description": "Documents for AI agents, crawlers and tooling."},
-            {"name": "webhooks", "description": "The public, unsigned webhook event catalog."},
+            {
+                "name": "webhooks",
+                "description": "The public, unsigned webhook event catalog and signature test vectors.",
+            },
             {"name": "health", "description": "Liveness and readiness probes."},
         ],
         "paths": _paths(refs),

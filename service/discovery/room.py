@@ -1,4 +1,4 @@
-"""The public room: the spec's RoomType and PricingTier, the authority labels, and room-schema.json.
+"""The public room: its RoomType and PricingTier, the authority labels, and room-schema.json.
 
 The enumerations are the contract (consumers switch on them), so they live here in code; the
 content file only supplies their wording, and the loader checks it covers each value once.
@@ -15,7 +15,7 @@ from service.discovery.surfaces import ROOM_SCHEMA, url
 from service.events import Url
 from service.wire import omit_nulls
 
-# Spec "RoomType (enumeration of strings)".
+# docs/architecture.md "Public contract": RoomType, an enumeration of strings.
 RoomType = Literal[
     "owner_room",
     "community_room",
@@ -25,8 +25,8 @@ RoomType = Literal[
     "pro_room",
     "custom_room",
 ]
-# Spec "States": unclaimed stub, community-maintained, official owner, NFT room, project hub. The
-# first four ids are also the claim states of room.claimed's roomType (DESIGN.md "Events").
+# Authority labels (docs/architecture.md "Public contract"): unclaimed stub, community-maintained,
+# official owner, NFT room, project hub. The first four are also room.claimed's roomType claim states.
 Authority = Literal["unclaimed_stub", "community_claimed", "official_owner", "nft_room", "project_hub"]
 
 ROOM_TYPES: tuple[str, ...] = get_args(RoomType)
@@ -36,7 +36,7 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 class PricingTier(BaseModel):
-    """Spec "PricingTier": every member an optional string."""
+    """PricingTier (docs/architecture.md "Public contract"): every member an optional string."""
 
     model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra=omit_nulls)
 

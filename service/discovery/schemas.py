@@ -130,6 +130,20 @@ class SubscriptionModel(Document):
     delivery: str
     onboarding: str
     retry: str
+    testDelivery: str = Field(description="The admin's test delivery; its payload is testEvent.")
+
+
+class WebhookTestEntry(Document):
+    """The admin test delivery's payload: described like an event, but no one subscribes to it."""
+
+    id: Literal["webhook.test"]
+    summary: str
+    trigger: str
+    trustBoundary: str
+    subscribable: Literal[False]
+    payloadFields: list[PayloadField]
+    examplePayload: dict[str, Any]
+    payloadSchema: dict[str, Any] = Field(description="JSON Schema 2020-12 of the payload.")
 
 
 class CatalogDocument(Document):
@@ -145,6 +159,7 @@ class CatalogDocument(Document):
     safetyBoundaries: list[str]
     signature: dict[str, Any]
     subscriptionModel: SubscriptionModel
+    testEvent: WebhookTestEntry = Field(description="The admin test delivery (webhook.test), not an event.")
 
 
 class EventSchemaDocument(Document):

@@ -65,6 +65,14 @@ CATALOG = Surface(
     JSON,
     "Every webhook event kind with its payload fields, example and JSON Schema; unsigned.",
 )
+TEST_VECTORS = Surface(
+    "webhookTestVectors",
+    "/api/v1/webhooks/test-vectors",
+    "Webhook signature test vectors",
+    JSON,
+    "Signed deliveries, genuine and tampered, with the verdict a correct verifier reaches in "
+    "each signature scheme; fixed secrets and times, for any language.",
+)
 EVENT_SCHEMA_PATH = "/api/v1/webhooks/events/{eventId}"
 WAITLIST_PATH = "/api/waitlist"
 
@@ -79,7 +87,7 @@ DOCUMENTS = (
     AGENT_SITEMAP,
     ROBOTS,
 )
-API_DOCUMENTS = (API_INDEX, OPENAPI, CATALOG)
+API_DOCUMENTS = (API_INDEX, OPENAPI, CATALOG, TEST_VECTORS)
 
 
 def url(base_url: str, path: str) -> str:

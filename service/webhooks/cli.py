@@ -9,152 +9,67 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
+import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service import commands
+from service.clock import utc_now
 from service.settings import Settings
+from service.webhooks.operations import Operations
+from service.webhooks.worker_http import DEFAULT_HOST, DEFAULT_PORT
 
 Command = Callable[[argparse.Namespace, Settings], int]
+log = logging.getLogger(__name__)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]]) -> int:
+    """Run ``work(operations)`` as a command (``service.commands.run``), with a sender of its own
+    for test deliveries."""
+    from service.webhooks.sender import Sender
+
+    async def with_operations(engine: AsyncEngine) -> Any:
+        sender = Sender(
+            timeout=settings.webhook_timeout,
+            allow_private=settings.webhook_allow_private_urls,
+            clock=utc_now,
+        )
+        async with sender:
+            return await work(Operations(engine, settings, utc_now, sender))
+
+    return commands.run(settings, with_operations)
 
 
-def _print(document: Any, out: TextIO | None = None) -> None:
-    print(json.dumps(document, ensure_ascii=False, indent=2), file=out or sys.stdout)
+def _on_partner(operation: Callable[[Operations, str], Awaitable[Any]]) -> Command:
+    """A command whose one argument is a partner id."""
 
+    def command(args: argparse.Namespace, settings: Settings) -> int:
+        return _run(settings, lambda operations: operation(operations, args.id))
 
-def _run(settings: Settings, work: Callable[[Any], Awaitable[Any]]) -> int:
-    """Migrate, open an engine, run ``work(engine)``, print its answer or the error."""
-    from service.db.engine import create_engine, migrate
-    from service.errors import ServiceError
-
-    migrate(settings.database_url)
-
-    async def main() -> Any:
-        engine = create_engine(settings.database_url)
-        try:
-            return await work(engine)
-        finally:
-            await engine.dispose()
-
-    try:
-        answer = asyncio.run(main())
-    except ServiceError as error:
-        _print(error.body(), sys.stderr)
-        return 1
-    _print(answer)
-    return 0
-
-
-def _unknown(partner_id: str) -> Exception:
-    from service.errors import NotFound
-
-    return NotFound(f"No partner has the id {json.dumps(partner_id)}.")
+    return command
 
 
 # --- partners ---------------------------------------------------------------------------------
 
 
-def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
-    from service.webhooks import partners
+def _kinds(text: str) -> list[str]:
+    return [kind.strip() for kind in text.split(",") if kind.strip()]
 
+
+def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
     data: dict[str, Any] = {"name": args.name, "url": args.url}
     if args.events is not None:
-        data["events"] = [kind.strip() for kind in args.events.split(",") if kind.strip()]
-
-    async def work(engine: Any) -> Any:
-        new = partners.validate_new_partner(data)
-        await partners.check_destination(new.url, allow_private=settings.webhook_allow_private_urls)
-        async with engine.begin() as conn:
-            partner = await partners.create_partner(conn, new, now=_now())
-        return {**partner.public(), "secret": partner.secret}
-
-    return _run(settings, work)
+        data["events"] = _kinds(args.events)
+    return _run(settings, lambda operations: operations.onboard(data))
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
-    from service.webhooks import partners
-
-    async def work(engine: Any) -> Any:
-        async with engine.connect() as conn:
-            return {"partners": [partner.public() for partner in await partners.list_partners(conn)]}
-
-    return _run(settings, work)
-
-
-def _status_command(status: str) -> Command:
-    def command(args: argparse.Namespace, settings: Settings) -> int:
-        from service.webhooks import partners
-
-        async def work(engine: Any) -> Any:
-            async with engine.begin() as conn:
-                partner = await partners.set_status(conn, args.id, status, now=_now())
-            if partner is None:
-                raise _unknown(args.id)
-            return partner.public()
-
-        return _run(settings, work)
-
-    return command
-
-
-def cmd_test(args: argparse.Namespace, settings: Settings) -> int:
-    from service.webhooks import partners
-    from service.webhooks.admin import test_result
-    from service.webhooks.sender import Sender, send_test
-
-    async def work(engine: Any) -> Any:
-        async with engine.connect() as conn:
-            partner = await partners.get_partner(conn, args.id)
-        if partner is None:
-            raise _unknown(args.id)
-        async with Sender(
-            timeout=settings.webhook_timeout,
-            allow_private=settings.webhook_allow_private_urls,
-            clock=_now,
-        ) as sender:
-            delivery = await send_test(
-                sender, partner_id=partner.id, url=partner.url, secrets=partner.live_secrets(_now())
-            )
-        return test_result(delivery)
-
-    return _run(settings, work)
-
-
-def cmd_rotate(args: argparse.Namespace, settings: Settings) -> int:
-    from service.webhooks import partners
-
-    async def work(engine: Any) -> Any:
-        async with engine.begin() as conn:
-            rotated = await partners.rotate_secret(
-                conn, args.id, now=_now(), overlap=settings.secret_rotation_overlap
-            )
-        if rotated is None:
-            raise _unknown(args.id)
-        partner, secret = rotated
-        return {**partner.public(), "secret": secret}
-
-    return _run(settings, work)
-
-
-def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
-    from service.webhooks import partners
-
-    async def work(engine: Any) -> Any:
-        async with engine.begin() as conn:
-            if await partners.get_partner(conn, args.id) is None:
-                raise _unknown(args.id)
-            requeued = await partners.retry_failed(conn, args.id, now=_now())
-        return {"partnerId": args.id, "requeued": requeued}
-
-    return _run(settings, work)
+    return _run(settings, lambda operations: operations.list_partners())
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -163,7 +78,6 @@ def cmd_retry(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     from service.bodies import parse_json_object
     from service.errors import ServiceError
-    from service.webhooks import outbox
 
     try:
         raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
@@ -172,24 +86,21 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
         print(f"cannot read {args.file}: {error.strerror}", file=sys.stderr)
         return 1
     except ServiceError as error:
-        _print(error.body(), sys.stderr)
+        commands.print_json(error.body(), sys.stderr)
         return 1
-
-    async def work(engine: Any) -> Any:
-        # A worker in another process sees the event at its next poll.
-        published = await outbox.publish_event(engine, data, now=_now())
-        return {"eventId": published.event_id, "deliveries": published.deliveries}
-
-    return _run(settings, work)
+    # A worker in another process hears of it by NOTIFY (PostgreSQL) or at its next poll.
+    return _run(settings, lambda operations: operations.publish(data))
 
 
 # --- worker -----------------------------------------------------------------------------------
 
 
-async def _work(settings: Settings, concurrency: int) -> None:
+async def _work(settings: Settings, args: argparse.Namespace) -> int:
+    """Deliver until SIGINT or SIGTERM, with /healthz, /readyz and /metrics on the worker's port."""
     from service import collector
     from service.db.engine import create_engine
     from service.metrics import Metrics
+    from service.webhooks import worker_http
     from service.webhooks.worker import Worker
 
     engine = create_engine(settings.database_url)
@@ -197,56 +108,128 @@ async def _work(settings: Settings, concurrency: int) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    worker = Worker(
-        engine, settings=settings, clock=_now, metrics=Metrics(), concurrency=concurrency
+    metrics = Metrics()
+    worker = Worker(engine, settings=settings, clock=utc_now, metrics=metrics, concurrency=args.concurrency)
+    app = worker_http.create_app(
+        heartbeat=worker,
+        engine=engine,
+        metrics=metrics,
+        clock=utc_now,
+        stale_after=worker_http.stale_after(worker.poll_interval),
     )
     try:
-        await worker.start()
-        collector.tune()
-        await stop.wait()
-        await worker.stop()
+        try:
+            runner = await worker_http.start(app, args.host, args.port)
+        except OSError as error:
+            log.error("cannot listen on %s:%s: %s", args.host, args.port, error.strerror)
+            return 1
+        try:
+            await worker.start()
+            collector.tune()
+            host, port = runner.addresses[0][:2]
+            log.info("delivering webhooks", extra={"health": f"http://{host}:{port}/healthz"})
+            await stop.wait()
+            await worker.stop()
+        finally:
+            await runner.cleanup()
     finally:
         await engine.dispose()
-
-
-def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
-    from service.db.engine import migrate
-
-    migrate(settings.database_url)
-    print("delivering webhooks; stop with Ctrl-C or SIGTERM", file=sys.stderr)
-    asyncio.run(_work(settings, args.concurrency))
     return 0
 
 
-def register(commands: Any) -> None:
-    """Add ``partners``, ``events`` and ``worker`` to the ``python -m service`` parser."""
-    group = commands.add_parser("partners", help="onboarded webhook partners")
-    partner_commands = group.add_subparsers(dest="partners_command", required=True)
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    from service import logs
+    from service.db.engine import migrate
 
-    add = partner_commands.add_parser("add", help="onboard a partner; prints its secret once")
-    add.add_argument("--name", required=True)
+    logs.configure()  # JSON lines on stderr, like serve
+    migrate(settings.database_url)
+    return asyncio.run(_work(settings, args))
+
+
+DATABASE = commands.DATABASE
+PARTNER_URLS = ("database_url", "webhook_allow_private_urls")  # a URL's destination is checked
+TESTING = (*PARTNER_URLS, "webhook_timeout")
+ROTATING = ("database_url", "secret_rotation_overlap")
+DELIVERING = (
+    *TESTING,
+    "webhook_retry_schedule",
+    "webhook_connect_timeout",
+    "webhook_max_in_flight",
+    "webhook_breaker_failures",
+    "webhook_breaker_cooldown",
+    "webhook_disable_after",
+)
+
+
+def register(group: Any) -> None:
+    """Add ``partners``, ``events`` and ``worker`` to the ``python -m service`` parser."""
+    partners = commands.add_command(
+        group, "partners", "onboarded webhook partners", settings=(*TESTING, "secret_rotation_overlap")
+    )
+    partner_commands = partners.add_subparsers(dest="partners_command", required=True, metavar="COMMAND")
+
+    add = commands.add_command(
+        partner_commands,
+        "add",
+        "onboard a partner; prints its secret once",
+        details="The URL must be https and resolve only to public addresses. The answer is the only "
+        "place the partner's secret is ever shown.",
+        settings=PARTNER_URLS,
+    )
+    add.add_argument("--name", required=True, help="the partner's name, shown in listings")
     add.add_argument("--url", required=True, help="https endpoint that receives signed deliveries")
     add.add_argument("--events", help="comma-separated event kinds (default: every kind)")
     add.set_defaults(run=cmd_add)
 
-    partner_commands.add_parser("list", help="every partner, without secrets").set_defaults(run=cmd_list)
-    for name, run, text in (
-        ("pause", _status_command("paused"), "hold the partner's deliveries"),
-        ("resume", _status_command("active"), "deliver what waited, and what comes"),
-        ("test", cmd_test, "send a signed test delivery now"),
-        ("rotate-secret", cmd_rotate, "issue a new secret; the old one signs for the overlap"),
-        ("retry", cmd_retry, "requeue the partner's failed deliveries"),
+    commands.add_command(
+        partner_commands, "list", "every partner, without secrets", settings=DATABASE
+    ).set_defaults(run=cmd_list)
+    for name, run, summary, settings in (
+        ("show", _on_partner(Operations.show_partner), "one partner, without its secret", DATABASE),
+        ("pause", _on_partner(Operations.pause), "hold the partner's deliveries", DATABASE),
+        ("resume", _on_partner(Operations.resume), "deliver what waited, and what comes", DATABASE),
+        ("test", _on_partner(Operations.test), "send a signed test delivery now", TESTING),
+        (
+            "rotate-secret",
+            _on_partner(Operations.rotate_secret),
+            "issue a new secret; the old one signs for the overlap",
+            ROTATING,
+        ),
+        ("retry", _on_partner(Operations.retry), "requeue the partner's failed deliveries", DATABASE),
     ):
-        command = partner_commands.add_parser(name, help=text)
+        command = commands.add_command(partner_commands, name, summary, settings=settings)
         command.add_argument("id", help="partner id")
         command.set_defaults(run=run)
 
-    group = commands.add_parser("events", help="webhook events")
-    event_commands = group.add_subparsers(dest="events_command", required=True)
-    publish = event_commands.add_parser("publish", help="validate, store and fan out one event")
+    events = commands.add_command(group, "events", "webhook events", settings=DATABASE)
+    event_commands = events.add_subparsers(dest="events_command", required=True, metavar="COMMAND")
+    publish = commands.add_command(
+        event_commands,
+        "publish",
+        "validate, store and fan out one event",
+        details="Checked against the event catalog and stored with one delivery per subscribed "
+        "partner, in one transaction; a worker sends them.",
+        settings=DATABASE,
+    )
     publish.add_argument("file", help="a JSON object {event, ...members}; - reads stdin")
     publish.set_defaults(run=cmd_publish)
 
-    worker = commands.add_parser("worker", help="deliver webhooks (no HTTP server)")
-    worker.add_argument("--concurrency", type=int, default=32, help="attempts in flight")
+    worker = commands.add_command(
+        group,
+        "worker",
+        "deliver webhooks, with probes and metrics on a port of its own",
+        details="Delivers due webhooks until SIGINT or SIGTERM; any number of workers may share one "
+        "PostgreSQL. Serves GET /healthz (503 when its delivery loop is stuck), /readyz (503 when "
+        "the database is unreachable) and /metrics (Prometheus) on --host:--port.",
+        settings=DELIVERING,
+    )
+    worker.add_argument(
+        "--concurrency", type=int, default=32, help="attempts in flight (default: %(default)s)"
+    )
+    worker.add_argument(
+        "--host", default=DEFAULT_HOST, help="address of /healthz, /readyz, /metrics (default: %(default)s)"
+    )
+    worker.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help="their port, 0 for any free one (default: %(default)s)"
+    )
     worker.set_defaults(run=cmd_worker)

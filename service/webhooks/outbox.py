@@ -18,7 +18,6 @@ Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
+    case,
     func,
     literal_column,
     null,
@@ -41,21 +41,20 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ulid import ULID
 
-from service.db.tables import CLAIMABLE_STATUSES, UTCDateTime, deliveries, delivery_attempts, events, partners
-from service.errors import Conflict, FieldError
-from service.events import EventPayload, dedupe_key, dump_payload, format_timestamp, parse_event
+from service.clock import format_timestamp
+from service.db.tables import UTCDateTime, deliveries, delivery_attempts, events, partners
+from service.events import EventPayload, dedupe_key, dump_payload, parse_event
+from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
+from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.notify import notify
-from service.webhooks.partners import ACTIVE, PAUSED, live_secrets, pause_many
+from service.webhooks.partners import ACTIVE, DISABLED, PAUSED, live_secrets, pause_many
+from service.webhooks.states import CLAIMABLE, STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
 
-PENDING = "pending"
-DELIVERING = "delivering"
-DELIVERED = "delivered"
-FAILED = "failed"
-STATUSES = (PENDING, DELIVERING, DELIVERED, FAILED)
-# Attempt outcomes in the log (the metrics counter uses the same words).
-OUTCOMES = ("delivered", "retry", "failed", "paused")
-EXCERPT_CHARS = 256  # response excerpt kept per attempt: enough to read an error page's first line
+PENDING = DeliveryStatus.PENDING
+DELIVERING = DeliveryStatus.DELIVERING
+DELIVERED = DeliveryStatus.DELIVERED
+FAILED = DeliveryStatus.FAILED
 
 
 def new_delivery_id() -> str:
@@ -90,7 +89,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     """Store the event and one delivery per interested partner, in the caller's transaction.
 
     A dedupe key seen before answers with the first event's id and creates nothing. An eventId
-    already used by an event with another dedupe key is a ``Conflict``: consumers dedupe on
+    already used by an event with another dedupe key is a ``StateConflict``: consumers dedupe on
     eventId, so two different events must never share one.
     """
     key = dedupe_key(payload)
@@ -109,14 +108,14 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     if inserted.first() is None:
         first = await conn.scalar(select(events.c.id).where(events.c.dedupe_key == key))
         if first is None:
-            raise Conflict(
+            raise StateConflict(
                 "This eventId already belongs to another event.",
                 errors=[FieldError("eventId", "conflict", "Use a new eventId for a different event.")],
             )
         return Published(event_id=first, deliveries=0, duplicate=True)
 
     rows = await conn.execute(
-        select(partners.c.id, partners.c.events).where(partners.c.status.in_((ACTIVE, PAUSED)))
+        select(partners.c.id, partners.c.events).where(partners.c.status.in_((ACTIVE, PAUSED, DISABLED)))
     )
     targets = [partner_id for partner_id, kinds in rows if kinds is None or payload.KIND in json.loads(kinds)]
     if targets:
@@ -140,20 +139,11 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     return Published(event_id=payload.eventId, deliveries=len(targets), duplicate=False)
 
 
-async def publish_event(
-    engine: AsyncEngine,
-    data: Mapping[str, Any],
-    *,
-    now: datetime,
-    wake: asyncio.Event | None = None,
-) -> Published:
-    """Validate ``{event, ...members}`` (``BadRequest`` per field), store it, wake the worker."""
+async def publish_event(engine: AsyncEngine, data: Mapping[str, Any], *, now: datetime) -> Published:
+    """Validate ``{event, ...members}`` (``InvalidInput`` per field) and store it, in one transaction."""
     payload = parse_event(data, now=now)
     async with engine.begin() as conn:
-        published = await publish(conn, payload, now=now)
-    if wake is not None and published.deliveries:
-        wake.set()
-    return published
+        return await publish(conn, payload, now=now)
 
 
 # --- claiming and settling --------------------------------------------------------------------
@@ -171,10 +161,11 @@ class Job(NamedTuple):
     partner_id: str
     url: str
     body: bytes
-    attempt: int  # the number of this attempt, 1 for the first
+    attempt: int  # the number of this attempt, 1 for the first: the delivery's logged attempts + 1
     secrets: tuple[str, ...]  # live at claim time, newest first
     claim_token: str
     claimed_until: datetime  # the lease's end, also the row's next_attempt_at while claimed
+    probe: bool = False  # claimed while its partner's circuit was half-open
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
@@ -186,28 +177,78 @@ class Job(NamedTuple):
 # building SQL. The status
 # test is literal SQL, identical to the partial index's, so both databases can prove the index
 # applies (a bound parameter would hide that from the planner).
-_CLAIMABLE = deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE_STATUSES])
+_CLAIMABLE = deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
 
 
-def _claim_statement(postgres: bool) -> Any:
-    candidates = (
-        select(deliveries.c.id)
+_NOW = bindparam("b_now", type_=UTCDateTime())
+# Claims on PostgreSQL take this transaction-scoped advisory lock first, so two workers never
+# count a partner's claims at the same moment: the per-partner cap holds across every worker.
+# Claims are one short statement each, so taking them in turn costs little.
+CLAIM_LOCK = 0x5E5E_C1A1
+_CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
+
+
+def _claim_statement() -> Any:
+    """Due deliveries of active partners, each partner served in turn and held to its cap.
+
+    A partner's cap is its own ``max_in_flight`` or the default (``b_cap``) while its circuit is
+    closed, one (the probe) once an open circuit's cool-down has passed, and none while it is open.
+    Its live claims (``delivering`` with a lease still running) count against the cap. Ranking
+    each partner's due rows and taking every partner's first before anyone's second means a
+    partner with a large backlog cannot crowd out one with a single due event.
+    """
+    in_flight = (
+        select(deliveries.c.partner_id, func.count().label("claimed"))
+        .where(deliveries.c.status == literal_column(f"'{DELIVERING}'"), deliveries.c.next_attempt_at > _NOW)
+        .group_by(deliveries.c.partner_id)
+        .subquery("in_flight")
+    )
+    cap = case(
+        (
+            partners.c.circuit_open_until.is_(None),
+            func.coalesce(partners.c.max_in_flight, bindparam("b_cap", type_=Integer())),
+        ),
+        (partners.c.circuit_open_until <= _NOW, 1),
+        else_=0,
+    )
+    turn = func.row_number().over(
+        partition_by=deliveries.c.partner_id,
+        order_by=(deliveries.c.next_attempt_at, deliveries.c.event_id, deliveries.c.id),
+    )
+    ranked = (
+        select(
+            deliveries.c.id,
+            deliveries.c.next_attempt_at,
+            deliveries.c.event_id,
+            deliveries.c.partner_id,
+            turn.label("turn"),
+            (cap - func.coalesce(in_flight.c.claimed, 0)).label("headroom"),
+        )
         .join(partners, partners.c.id == deliveries.c.partner_id)
+        .outerjoin(in_flight, in_flight.c.partner_id == deliveries.c.partner_id)
         .where(
             _CLAIMABLE,
-            deliveries.c.next_attempt_at <= bindparam("b_now", type_=UTCDateTime()),
+            deliveries.c.next_attempt_at <= _NOW,
             partners.c.status == literal_column(f"'{ACTIVE}'"),
+            # Partners at their cap (hanging ones, open circuits) are left out before ranking:
+            # their backlogs would otherwise be ranked on every claim, for nothing.
+            cap - func.coalesce(in_flight.c.claimed, 0) > 0,
         )
-        .order_by(deliveries.c.next_attempt_at)
+        .subquery("ranked")
+    )
+    chosen = (
+        select(ranked.c.id)
+        .where(ranked.c.turn <= ranked.c.headroom)
+        .order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.event_id, ranked.c.partner_id)
         .limit(bindparam("b_limit", type_=Integer()))
     )
-    if postgres:
-        # Rows another worker has locked are skipped, not waited for; a row claimed and committed
-        # meanwhile is re-checked against the WHERE clause and dropped.
-        candidates = candidates.with_for_update(skip_locked=True, of=deliveries)
     return (
         update(deliveries)
-        .where(deliveries.c.id.in_(candidates.scalar_subquery()))
+        # Re-checked on the row itself: on PostgreSQL a row changed since the ranking was read
+        # (settled by its worker, say) is tested again and dropped.
+        .where(
+            deliveries.c.id.in_(chosen.scalar_subquery()), _CLAIMABLE, deliveries.c.next_attempt_at <= _NOW
+        )
         .values(
             status=DELIVERING,
             claim_token=bindparam("b_token"),
@@ -215,13 +256,12 @@ def _claim_statement(postgres: bool) -> Any:
             # Should this claim be abandoned, the delivery is due again when the lease ends: a
             # `delivering` row whose next_attempt_at has passed is claimable like a pending one.
             next_attempt_at=bindparam("b_until", type_=UTCDateTime()),
-            attempts=deliveries.c.attempts + 1,
-            updated_at=bindparam("b_now", type_=UTCDateTime()),
+            updated_at=_NOW,
         )
     )
 
 
-_CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+_CLAIM = _claim_statement()
 # The rows one claim took, found by what the claim wrote: every one is delivering, with the
 # claim's token and next_attempt_at = its lease end, so the partial index finds them by that time.
 _CLAIMED_JOBS = (
@@ -236,6 +276,7 @@ _CLAIMED_JOBS = (
         partners.c.secret,
         partners.c.previous_secret,
         partners.c.previous_secret_expires_at,
+        partners.c.circuit_open_until,
     )
     .join(events, events.c.id == deliveries.c.event_id)
     .join(partners, partners.c.id == deliveries.c.partner_id)
@@ -244,35 +285,57 @@ _CLAIMED_JOBS = (
         deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
         deliveries.c.claim_token == bindparam("b_token"),
     )
-    .order_by(deliveries.c.created_at, deliveries.c.id)
+    .order_by(deliveries.c.created_at, deliveries.c.event_id, deliveries.c.partner_id)
 )
 
 
 async def claim_due(
-    conn: AsyncConnection, *, now: datetime, limit: int, lease: timedelta, token: str | None = None
+    conn: AsyncConnection,
+    *,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    default_cap: int,
+    token: str | None = None,
 ) -> list[Job]:
-    """Claim up to ``limit`` due deliveries of active partners for ``lease``; earliest due first.
+    """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap.
 
     Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
-    worker died), both in one ordered index scan.
+    worker died; it goes out again under the same attempt number, as no attempt was logged).
     """
     token = token or new_claim_token()
     until = now + lease
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_CLAIM_LOCK)
     claimed = await conn.execute(
-        _CLAIM[conn.dialect.name],
-        {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until},
+        _CLAIM, {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
     )
     if not claimed.rowcount:
         return []
     rows = await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})
     signing: dict[str, tuple[str, ...]] = {}  # partner id -> live secrets; partners are few
     jobs = []
-    for delivery_id, attempt, event_id, kind, payload, partner_id, url, secret, previous, expires in rows:
-        secrets = signing.get(partner_id)
+    for row in rows:
+        secrets = signing.get(row.partner_id)
         if secrets is None:
-            secrets = signing[partner_id] = tuple(live_secrets(secret, previous, expires, now))
-        body = payload.encode()
-        jobs.append(Job(delivery_id, event_id, kind, partner_id, url, body, attempt, secrets, token, until))
+            secrets = signing[row.partner_id] = tuple(
+                live_secrets(row.secret, row.previous_secret, row.previous_secret_expires_at, now)
+            )
+        jobs.append(
+            Job(
+                row.id,
+                row.event_id,
+                row.kind,
+                row.partner_id,
+                row.url,
+                row.payload.encode(),
+                row.attempts + 1,
+                secrets,
+                token,
+                until,
+                row.circuit_open_until is not None,
+            )
+        )
     return jobs
 
 
@@ -285,13 +348,12 @@ class AttemptRecord(NamedTuple):
     status_code: int | None
     error_class: str | None
     response_excerpt: str | None
-    outcome: str  # delivered | retry | failed | paused
+    outcome: AttemptOutcome
     finished_at: datetime
     next_attempt_at: datetime | None = None  # for retry (and paused: due on resume)
 
 
 _LOG_ATTEMPTS = delivery_attempts.insert()
-_STATUS_AFTER = {"delivered": DELIVERED, "retry": PENDING, "paused": PENDING, "failed": FAILED}
 
 
 # Delivered attempts, the common case, are settled in one statement per batch, found by primary
@@ -313,6 +375,7 @@ def _settle_delivered_statement(postgres: bool) -> Any:
             status=literal_column(f"'{DELIVERED}'"),
             next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
             delivered_at=bindparam("b_at", type_=UTCDateTime()),
+            attempts=deliveries.c.attempts + 1,
             claimed_until=null(),
             claim_token=null(),
             updated_at=bindparam("b_at", type_=UTCDateTime()),
@@ -330,6 +393,7 @@ _settle = (
         status=bindparam("b_status"),
         next_attempt_at=bindparam("b_next"),
         delivered_at=bindparam("b_delivered"),
+        attempts=deliveries.c.attempts + 1,
         claimed_until=None,
         claim_token=None,
         updated_at=bindparam("b_now"),
@@ -337,30 +401,15 @@ _settle = (
 )
 
 
-async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord]) -> None:
-    """Log the attempts and settle their deliveries, in the caller's transaction."""
+async def record_attempts(
+    conn: AsyncConnection, records: Sequence[AttemptRecord], *, breaker: BreakerPolicy
+) -> list[tuple[str, Change]]:
+    """Log the attempts, settle their deliveries and their partners' circuits, in the caller's
+    transaction; what changed in which partner's circuit."""
     if not records:
-        return
-    await conn.execute(
-        _LOG_ATTEMPTS,
-        [
-            {
-                "delivery_id": record.job.delivery_id,
-                "event_id": record.job.event_id,
-                "event": record.job.kind,
-                "partner_id": record.job.partner_id,
-                "attempt": record.job.attempt,
-                "started_at": record.started_at,
-                "duration_ms": record.duration_ms,
-                "status_code": record.status_code,
-                "error_class": record.error_class,
-                "response_excerpt": record.response_excerpt,
-                "outcome": record.outcome,
-            }
-            for record in records
-        ],
-    )
-    delivered = [record for record in records if record.outcome == "delivered"]
+        return []
+    await conn.execute(_LOG_ATTEMPTS, [_log_row(record) for record in records])
+    delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
             _SETTLE_DELIVERED[conn.dialect.name],
@@ -371,7 +420,7 @@ async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord
                 "b_at": max(record.finished_at for record in delivered),
             },
         )
-    others = [record for record in records if record.outcome != "delivered"]
+    others = [record for record in records if record.outcome is not AttemptOutcome.DELIVERED]
     if others:
         await conn.execute(
             _settle,
@@ -379,7 +428,7 @@ async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord
                 {
                     "b_id": record.job.delivery_id,
                     "b_token": record.job.claim_token,
-                    "b_status": _STATUS_AFTER[record.outcome],
+                    "b_status": STATUS_AFTER[record.outcome],
                     "b_next": record.next_attempt_at or record.finished_at,
                     "b_delivered": None,
                     "b_now": record.finished_at,
@@ -387,8 +436,83 @@ async def record_attempts(conn: AsyncConnection, records: Sequence[AttemptRecord
                 for record in others
             ],
         )
-    gone = [record.job.partner_id for record in records if record.outcome == "paused"]
-    await pause_many(conn, gone, now=max(record.finished_at for record in records))
+    latest = max(record.finished_at for record in records)
+    gone = [record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED]
+    await pause_many(conn, gone, now=latest)
+    return await _settle_circuits(conn, records, breaker, now=latest)
+
+
+def _log_row(record: AttemptRecord) -> dict[str, Any]:
+    return {
+        "delivery_id": record.job.delivery_id,
+        "event_id": record.job.event_id,
+        "event": record.job.kind,
+        "partner_id": record.job.partner_id,
+        "attempt": record.job.attempt,
+        "started_at": record.started_at,
+        "duration_ms": record.duration_ms,
+        "status_code": record.status_code,
+        "error_class": record.error_class,
+        "response_excerpt": record.response_excerpt,
+        "outcome": record.outcome,
+    }
+
+
+_BREAKER_COLUMNS = (
+    partners.c.id,
+    partners.c.status,
+    partners.c.consecutive_failures,
+    partners.c.failing_since,
+    partners.c.circuit_open_until,
+    partners.c.circuit_cooldown,
+)
+_FAILED = (AttemptOutcome.RETRY, AttemptOutcome.FAILED)
+
+
+async def _settle_circuits(
+    conn: AsyncConnection, records: Sequence[AttemptRecord], policy: BreakerPolicy, *, now: datetime
+) -> list[tuple[str, Change]]:
+    """Fold each partner's attempts, in the order they finished, through its circuit breaker."""
+    by_partner: dict[str, list[AttemptRecord]] = {}
+    for record in records:
+        if record.outcome is not AttemptOutcome.PAUSED:  # a 410 is an answer, neither way
+            by_partner.setdefault(record.job.partner_id, []).append(record)
+    if not by_partner:
+        return []
+    query = select(*_BREAKER_COLUMNS).where(partners.c.id.in_(sorted(by_partner)))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()  # two workers settling one partner take turns
+    changes: list[tuple[str, Change]] = []
+    for row in (await conn.execute(query)).all():
+        before = BreakerState(
+            row.consecutive_failures, row.failing_since, row.circuit_open_until, row.circuit_cooldown
+        )
+        state, happened = before, []
+        for record in sorted(by_partner[row.id], key=lambda record: record.finished_at):
+            state, more = after_attempt(
+                state,
+                ok=record.outcome is AttemptOutcome.DELIVERED,
+                probe=record.job.probe,
+                at=record.finished_at,
+                policy=policy,
+            )
+            happened += more
+        if state == before:
+            continue
+        values: dict[str, Any] = {
+            "consecutive_failures": state.consecutive_failures,
+            "failing_since": state.failing_since,
+            "circuit_open_until": state.open_until,
+            "circuit_cooldown": state.cooldown,
+        }
+        if Change.DISABLED in happened:
+            if row.status == ACTIVE:
+                values.update(status=PartnerStatus.DISABLED, updated_at=now)
+            else:  # paused meanwhile, or disabled by an earlier batch: nothing new to tell
+                happened = [change for change in happened if change is not Change.DISABLED]
+        await conn.execute(update(partners).where(partners.c.id == row.id).values(**values))
+        changes += [(row.id, change) for change in dict.fromkeys(happened)]
+    return changes
 
 
 async def release_claims(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:
@@ -400,7 +524,6 @@ async def release_claims(conn: AsyncConnection, jobs: Sequence[Job], *, now: dat
         .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
         .values(
             status=PENDING,
-            attempts=deliveries.c.attempts - 1,
             next_attempt_at=now,
             claimed_until=None,
             claim_token=None,
@@ -489,9 +612,25 @@ def attempt_view(attempt: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-async def queue_depth(conn: AsyncConnection) -> dict[str, int]:
+async def next_due(conn: AsyncConnection) -> datetime | None:
+    """The next moment a worker may claim something: the earliest due time (or claim end) among
+    active partners' deliveries, held back to the end of an open circuit's cool-down; None when
+    nothing waits that time alone will release (a paused partner's deliveries wait for a resume)."""
+    held_until = case(
+        (partners.c.circuit_open_until > deliveries.c.next_attempt_at, partners.c.circuit_open_until),
+        else_=deliveries.c.next_attempt_at,
+    )
+    due: datetime | None = await conn.scalar(
+        select(func.min(held_until))
+        .join(partners, partners.c.id == deliveries.c.partner_id)
+        .where(_CLAIMABLE, partners.c.status == literal_column(f"'{ACTIVE}'"))
+    )
+    return due
+
+
+async def queue_depth(conn: AsyncConnection) -> dict[DeliveryStatus, int]:
     """Deliveries per state, every state present (0 when none)."""
     rows = await conn.execute(select(deliveries.c.status, func.count()).group_by(deliveries.c.status))
-    depth = dict.fromkeys(STATUSES, 0)
-    depth.update({status: int(count) for status, count in rows})
+    depth = dict.fromkeys(DeliveryStatus, 0)
+    depth.update({DeliveryStatus(status): int(count) for status, count in rows})
     return depth

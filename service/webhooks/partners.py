@@ -1,7 +1,9 @@
 """Onboarded partners: who receives signed deliveries, at which URL, for which event kinds.
 
-Secrets come from ``secrets.token_urlsafe(32)`` and leave the service only in the answer to an
-onboarding or a rotation; ``Partner.public()`` (what listings show) and ``repr`` never hold them.
+Secrets are ``whsec_`` + the standard base64 of 32 bytes from ``secrets`` (the Standard Webhooks
+form, so its libraries take them unchanged; partners onboarded earlier hold ``token_urlsafe(32)``
+secrets, which keep working: see ``signing.standard_key``) and leave the service only in the answer
+to an onboarding or a rotation; ``Partner.public()`` (what listings show) and ``repr`` never hold them.
 A rotation keeps the previous secret signing for ``Settings.secret_rotation_overlap`` seconds, so a
 partner can roll its verifier without dropping a delivery; a second rotation inside the overlap
 retires the oldest secret at once (two secrets are live at most).
@@ -9,6 +11,7 @@ retires the oldest secret at once (two secrets are live at most).
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 from collections.abc import Mapping, Sequence
@@ -20,19 +23,27 @@ from sqlalchemy import select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.clock import format_timestamp
 from service.db.tables import deliveries, partners
-from service.errors import BadRequest, FieldError
-from service.events import EVENT_MODELS, format_timestamp
+from service.events import EVENT_MODELS
+from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
+from service.text import CODE as TEXT_CODE
+from service.text import text_fault
+from service.webhooks.breaker import BreakerState, circuit
 from service.webhooks.notify import notify
+from service.webhooks.signing import SECRET_PREFIX
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
+from service.webhooks.states import DeliveryStatus, PartnerStatus
 
 PARTNER_PREFIX = "ptn"
-ACTIVE = "active"
-PAUSED = "paused"
+ACTIVE = PartnerStatus.ACTIVE
+PAUSED = PartnerStatus.PAUSED
+DISABLED = PartnerStatus.DISABLED
 NAME_MAX_LENGTH = 200  # the partners.name column
-SECRET_BYTES = 32  # DESIGN.md: secrets.token_urlsafe(32), 256 bits
-MEMBERS = frozenset({"name", "url", "events"})
+SECRET_BYTES = 32  # docs/architecture.md "Partners": 256 bits, within the 24 to 64 Standard Webhooks allows
+MEMBERS = frozenset({"name", "url", "events", "maxInFlight"})
+MAX_IN_FLIGHT_LIMIT = 1000  # a partner's own cap; more than a worker would ever hold for one
 
 
 def new_partner_id() -> str:
@@ -40,7 +51,7 @@ def new_partner_id() -> str:
 
 
 def new_secret() -> str:
-    return secrets.token_urlsafe(SECRET_BYTES)
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +66,8 @@ class Partner:
     secret: str = field(repr=False)
     previous_secret: str | None = field(default=None, repr=False)
     previous_secret_expires_at: datetime | None = None
+    max_in_flight: int | None = None  # None: SERVICE_WEBHOOK_MAX_IN_FLIGHT
+    breaker: BreakerState = field(default_factory=BreakerState)
 
     def wants(self, kind: str) -> bool:
         return self.events is None or kind in self.events
@@ -63,15 +76,20 @@ class Partner:
         """Secrets that sign a delivery at ``now``, newest first."""
         return live_secrets(self.secret, self.previous_secret, self.previous_secret_expires_at, now)
 
-    def public(self) -> dict[str, Any]:
-        """What admins see in listings: everything but secret material."""
+    def public(self, now: datetime) -> dict[str, Any]:
+        """What admins see in listings: everything but secret material, the circuit as of ``now``."""
         expires = self.previous_secret_expires_at
+        failing_since = self.breaker.failing_since
         return {
             "id": self.id,
             "name": self.name,
             "url": self.url,
             "events": list(self.events) if self.events is not None else None,
             "status": self.status,
+            "maxInFlight": self.max_in_flight,
+            "circuit": circuit(self.breaker, now),
+            "consecutiveFailures": self.breaker.consecutive_failures,
+            "failingSince": format_timestamp(failing_since) if failing_since is not None else None,
             "createdAt": format_timestamp(self.created_at),
             "updatedAt": format_timestamp(self.updated_at),
             "previousSecretExpiresAt": format_timestamp(expires) if expires is not None else None,
@@ -91,6 +109,7 @@ class NewPartner:
     name: str
     url: str
     events: tuple[str, ...] | None
+    max_in_flight: int | None = None
 
 
 def _partner(row: RowMapping) -> Partner:
@@ -106,6 +125,13 @@ def _partner(row: RowMapping) -> Partner:
         secret=row["secret"],
         previous_secret=row["previous_secret"],
         previous_secret_expires_at=row["previous_secret_expires_at"],
+        max_in_flight=row["max_in_flight"],
+        breaker=BreakerState(
+            consecutive_failures=row["consecutive_failures"],
+            failing_since=row["failing_since"],
+            open_until=row["circuit_open_until"],
+            cooldown=row["circuit_cooldown"],
+        ),
     )
 
 
@@ -132,7 +158,8 @@ def _events_filter(value: object) -> tuple[tuple[str, ...] | None, list[FieldErr
 
 
 def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
-    """The onboarding body, strictly: ``{name, url, events?}``; raises ``BadRequest`` per field."""
+    """The onboarding body, strictly: ``{name, url, events?, maxInFlight?}``; raises ``InvalidInput``
+    per field (``maxInFlight``: null or absent means the default cap)."""
     errors = [
         FieldError(str(key), "unknown_field", "This member is not accepted.")
         for key in data
@@ -143,7 +170,9 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
         errors.append(FieldError("name", "missing", "This member is required."))
     elif not isinstance(name, str):
         errors.append(FieldError("name", "invalid_type", "Must be a string."))
-    elif not name.strip() or "\x00" in name:
+    elif (fault := text_fault(name)) is not None:
+        errors.append(FieldError("name", TEXT_CODE, fault))
+    elif not name.strip():
         errors.append(FieldError("name", "invalid", "Must not be empty."))
     elif len(name.strip()) > NAME_MAX_LENGTH:
         errors.append(FieldError("name", "too_long", f"Must be at most {NAME_MAX_LENGTH} characters."))
@@ -152,14 +181,22 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
         errors.append(FieldError("url", "missing", "This member is required."))
     elif not isinstance(url, str):
         errors.append(FieldError("url", "invalid_type", "Must be a string."))
+    elif (fault := text_fault(url)) is not None:
+        errors.append(FieldError("url", TEXT_CODE, fault))
     kinds: tuple[str, ...] | None = None
     if "events" in data:
         kinds, event_errors = _events_filter(data["events"])
         errors.extend(event_errors)
+    cap = data.get("maxInFlight")
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT_LIMIT
+    ):
+        message = f"Must be a whole number from 1 to {MAX_IN_FLIGHT_LIMIT}."
+        errors.append(FieldError("maxInFlight", "invalid", message))
     if errors:
-        raise BadRequest(errors=errors)
+        raise InvalidInput(errors=errors)
     assert isinstance(name, str) and isinstance(url, str)
-    return NewPartner(name=name.strip(), url=url, events=kinds)
+    return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap)
 
 
 async def check_destination(url: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> None:
@@ -167,7 +204,7 @@ async def check_destination(url: str, *, allow_private: bool, resolve: Resolve =
     try:
         await check_url(url, allow_private=allow_private, resolve=resolve)
     except UnsafeURL as error:
-        raise BadRequest(errors=[FieldError("url", error.code, str(error))]) from None
+        raise InvalidInput(errors=[FieldError("url", error.code, str(error))]) from None
 
 
 # --- storage ----------------------------------------------------------------------------------
@@ -190,6 +227,7 @@ async def create_partner(
         created_at=now,
         updated_at=now,
         secret=secret or new_secret(),
+        max_in_flight=new.max_in_flight,
     )
     await conn.execute(
         partners.insert().values(
@@ -199,6 +237,7 @@ async def create_partner(
             events=json.dumps(list(new.events)) if new.events is not None else None,
             status=ACTIVE,
             secret=partner.secret,
+            max_in_flight=new.max_in_flight,
             created_at=now,
             updated_at=now,
         )
@@ -217,12 +256,17 @@ async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
     return _partner(row) if row is not None else None
 
 
-async def set_status(conn: AsyncConnection, partner_id: str, status: str, *, now: datetime) -> Partner | None:
+async def set_status(
+    conn: AsyncConnection, partner_id: str, status: PartnerStatus, *, now: datetime
+) -> Partner | None:
     """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
+    values: dict[str, Any] = {"status": status, "updated_at": now}
+    if status == ACTIVE:  # a resume starts the partner afresh: circuit closed, no failures counted
+        values.update(
+            consecutive_failures=0, failing_since=None, circuit_open_until=None, circuit_cooldown=None
+        )
     changed = await conn.execute(
-        update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != status)
-        .values(status=status, updated_at=now)
+        update(partners).where(partners.c.id == partner_id, partners.c.status != status).values(**values)
     )
     if changed.rowcount and status == ACTIVE:
         await notify(conn)  # its waiting deliveries are claimable again
@@ -260,8 +304,8 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
     """
     result = await conn.execute(
         update(deliveries)
-        .where(deliveries.c.partner_id == partner_id, deliveries.c.status == "failed")
-        .values(status="pending", next_attempt_at=now, updated_at=now)
+        .where(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+        .values(status=DeliveryStatus.PENDING, next_attempt_at=now, updated_at=now)
     )
     if result.rowcount:
         await notify(conn)

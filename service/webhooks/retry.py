@@ -14,9 +14,10 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-# DESIGN.md "Settings": SERVICE_WEBHOOK_RETRY_SCHEDULE, seconds between attempts after the first.
+# SERVICE_WEBHOOK_RETRY_SCHEDULE's default, seconds between attempts after the first: about 30 hours
+# in all, so an endpoint down for a day still gets every event (docs/architecture.md "Retries").
 DEFAULT_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
-JITTER = 0.2  # DESIGN.md: ±20% jitter, so a partner's recovery is not met by a synchronised wave
+JITTER = 0.2  # ±20% jitter, so a partner's recovery is not met by a synchronised wave
 # A partner's Retry-After may stretch a delay, but not park a delivery for longer than an hour
 # beyond what the schedule itself would wait.
 MAX_RETRY_AFTER = 3600.0
@@ -65,6 +66,11 @@ class RetryPolicy:
     schedule: tuple[float, ...] = DEFAULT_SCHEDULE
     jitter: float = JITTER
     max_retry_after: float = MAX_RETRY_AFTER
+
+    @classmethod
+    def from_schedule(cls, schedule: tuple[float, ...]) -> RetryPolicy:
+        """The policy for ``Settings.webhook_retry_schedule`` (jitter and bounds are fixed)."""
+        return cls(tuple(schedule))
 
     @property
     def max_attempts(self) -> int:

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
@@ -21,7 +21,9 @@ from typing import NamedTuple
 import aiohttp
 from yarl import URL
 
-from service.events import format_timestamp, new_event_id
+from service.clock import Clock
+from service.events import format_occurred_at, new_event_id
+from service.text import readable
 from service.webhooks.outbox import new_delivery_id
 from service.webhooks.retry import Verdict, parse_retry_after, verdict_for
 from service.webhooks.signing import signature_headers
@@ -35,11 +37,16 @@ from service.webhooks.ssrf import (
     system_resolve,
 )
 
-Clock = Callable[[], datetime]
 USER_AGENT = "service-webhooks/1.0"
 EXCERPT_CHARS = 256  # of the answer body, kept in the attempt log
 _EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
 TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
+# What a partner's answer may spend on its head, set here rather than left to aiohttp's defaults:
+# 8190 bytes a status or header line (the line limit HTTP servers commonly hold requests to) and
+# 64 header lines, far more than any webhook receiver sends. Past either, the attempt fails as
+# "protocol" and no more of the head is read.
+MAX_HEADER_LINE_BYTES = 8190
+MAX_HEADERS = 64
 
 
 class Attempt(NamedTuple):
@@ -107,8 +114,11 @@ class Sender:
         clock: Clock,
         resolve: Resolve = system_resolve,
         limit: int = 32,
+        connect_timeout: float | None = None,
     ) -> None:
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # The connection (name resolution, TCP, TLS) must be made within connect_timeout; the
+        # whole attempt, answer included, within timeout.
+        self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._allow_private = allow_private
         self._clock = clock
         self._resolve = resolve
@@ -131,6 +141,9 @@ class Sender:
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
             headers={"User-Agent": USER_AGENT},
+            max_line_size=MAX_HEADER_LINE_BYTES,
+            max_field_size=MAX_HEADER_LINE_BYTES,
+            max_headers=MAX_HEADERS,  # aiohttp 3.13.4 and later
         )
 
     async def close(self) -> None:
@@ -201,7 +214,8 @@ async def _excerpt(response: aiohttp.ClientResponse) -> str | None:
         pass  # the status already arrived; a body cut short does not change what it said
     if not data:
         return None
-    return data.decode("utf-8", errors="replace")[:EXCERPT_CHARS]
+    # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
+    return readable(data.decode("utf-8", errors="replace")[:EXCERPT_CHARS])
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +233,7 @@ async def send_test(sender: Sender, *, partner_id: str, url: str, secrets: Seque
         {
             "eventId": event_id,
             "event": TEST_EVENT,
-            "occurredAt": format_timestamp(sender.clock()),
+            "occurredAt": format_occurred_at(sender.clock()),
             "partnerId": partner_id,
             "test": True,
         },

@@ -1,10 +1,18 @@
 """Signatures on webhook deliveries: the service signs with it, partners and tests verify with it.
 
-One signed payload per attempt, ``{timestamp}.{raw_body}``; one ``v1=<sig>`` per live partner
-secret (newest first during a rotation overlap), where ``sig`` is the unpadded base64url
-HMAC-SHA256 of that payload keyed with the secret's UTF-8 bytes. itsdangerous is the HMAC
-primitive: a ``Signer`` with SHA-256 and no key derivation is exactly that HMAC, verified in
-constant time against a list of secrets.
+Every attempt carries two signatures of the same body, so a partner may check either:
+
+- ``x-service-signature``: over ``{timestamp}.{raw_body}``, one ``v1=<sig>`` per live partner
+  secret (newest first during a rotation overlap), comma-separated, where ``sig`` is the unpadded
+  base64url HMAC-SHA256 of that payload keyed with the secret's UTF-8 bytes. itsdangerous is the
+  HMAC primitive: a ``Signer`` with SHA-256 and no key derivation is exactly that HMAC, verified in
+  constant time against a list of secrets.
+- ``webhook-signature``, the Standard Webhooks scheme (standardwebhooks.com), which its maintained
+  libraries verify in many languages: over ``{webhook-id}.{webhook-timestamp}.{raw_body}``, one
+  ``v1,<sig>`` per live secret, space-separated, newest first, where ``sig`` is the padded standard
+  base64 HMAC-SHA256 keyed with ``standard_key(secret)``: the decoded bytes of a ``whsec_`` secret,
+  as that specification defines them, or the UTF-8 bytes of any other secret (secrets issued
+  before ``whsec_`` ones). ``webhook-id`` is the delivery id, so that scheme signs it too.
 
 Depends only on the standard library and itsdangerous, so a partner can vendor this file.
 
@@ -17,8 +25,11 @@ Depends only on the standard library and itsdangerous, so a partner can vendor t
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import hashlib
+import hmac
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -30,14 +41,25 @@ DELIVERY_HEADER = "x-service-delivery"
 TIMESTAMP_HEADER = "x-service-timestamp"
 SIGNATURE_HEADER = "x-service-signature"
 
+# The Standard Webhooks headers: the delivery id, the same timestamp, the second signature.
+STANDARD_ID_HEADER = "webhook-id"
+STANDARD_TIMESTAMP_HEADER = "webhook-timestamp"
+STANDARD_SIGNATURE_HEADER = "webhook-signature"
+
 SCHEME = "v1"
-# DESIGN.md "Signed delivery": receivers accept a timestamp within ±300 s of their clock.
+# docs/architecture.md "Signed delivery": receivers accept a timestamp within ±300 s of their clock
+# (the Standard Webhooks libraries use the same five minutes).
 TOLERANCE_SECONDS = 300
+# Standard Webhooks: a secret is this prefix and the standard base64 of the key bytes.
+SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
+STANDARD_SPECIFICATION = "https://www.standardwebhooks.com/"
 
 _TIMESTAMP = re.compile(r"[0-9]{1,12}")  # ASCII digits only: int() would also take " +1_0 "
 # 32 HMAC-SHA256 bytes are 43 unpadded base64url characters; anything else cannot match, and
 # checking first keeps the lenient base64 decoder from reading look-alike spellings as equal.
 _SIGNATURE = re.compile(r"[A-Za-z0-9_-]{43}")
+# The same 32 bytes in padded standard base64 are 44 characters, the last one "=".
+_STANDARD_SIGNATURE = re.compile(r"[A-Za-z0-9+/]{43}=")
 
 
 class SignatureError(Exception):
@@ -102,6 +124,45 @@ def _signed_payload(timestamp: int | str, body: bytes) -> bytes:
     return f"{timestamp}.".encode() + body
 
 
+def standard_key(secret: str) -> bytes:
+    """The Standard Webhooks key of ``secret``.
+
+    A ``whsec_`` secret whose rest is standard base64 (as the service issues them) is keyed with
+    the decoded bytes, as the Standard Webhooks specification defines. Any other secret, such as
+    one issued before ``whsec_`` secrets, is keyed with its UTF-8 bytes: a Standard Webhooks
+    library then takes ``standard_webhooks_secret(secret)``.
+    """
+    if secret.startswith(SECRET_PREFIX):
+        try:
+            key = base64.b64decode(secret.removeprefix(SECRET_PREFIX), validate=True)
+        except binascii.Error:
+            key = b""
+        if key:
+            return key
+    return secret.encode("utf-8")
+
+
+def standard_webhooks_secret(secret: str) -> str:
+    """What to hand a Standard Webhooks library: ``whsec_`` + the standard base64 of the key.
+
+    The secret itself for every secret the service issues now; the converted form for older ones.
+    """
+    return SECRET_PREFIX + base64.b64encode(standard_key(secret)).decode("ascii")
+
+
+@functools.lru_cache(maxsize=_SIGNERS_CACHED)
+def _standard_keys(secrets: tuple[str, ...]) -> tuple[bytes, ...]:
+    return tuple(standard_key(secret) for secret in _checked(secrets))
+
+
+def _standard_payload(delivery_id: str, timestamp: int | str, body: bytes) -> bytes:
+    return f"{delivery_id}.{timestamp}.".encode() + body
+
+
+def _standard_digest(key: bytes, payload: bytes) -> bytes:
+    return hmac.digest(key, payload, hashlib.sha256)
+
+
 def sign(body: bytes, secrets: Sequence[str], timestamp: int) -> str:
     """The ``x-service-signature`` value: ``v1=<sig>`` per secret, in the order given (newest first)."""
     signers = _signers(tuple(secrets))  # refuses an empty list or secret before anything is signed
@@ -109,16 +170,58 @@ def sign(body: bytes, secrets: Sequence[str], timestamp: int) -> str:
     return ",".join([f"{SCHEME}={signer.get_signature(payload).decode('ascii')}" for signer in signers])
 
 
+def sign_standard(delivery_id: str, body: bytes, secrets: Sequence[str], timestamp: int) -> str:
+    """The ``webhook-signature`` value: ``v1,<sig>`` per secret, space-separated, in the order given."""
+    keys = _standard_keys(tuple(secrets))  # refuses an empty list or secret before anything is signed
+    payload = _standard_payload(delivery_id, timestamp, body)
+    return " ".join(
+        f"{SCHEME},{base64.b64encode(_standard_digest(key, payload)).decode('ascii')}" for key in keys
+    )
+
+
 def signature_headers(
     *, event: str, delivery_id: str, body: bytes, secrets: Sequence[str], timestamp: int
 ) -> dict[str, str]:
-    """All four delivery headers; the service, the tests and partners build them the same way."""
+    """Every signing header of a delivery; the service, the tests and partners build them the same way."""
+    stamp = str(timestamp)
     return {
         EVENT_HEADER: event,
         DELIVERY_HEADER: delivery_id,
-        TIMESTAMP_HEADER: str(timestamp),
+        TIMESTAMP_HEADER: stamp,
         SIGNATURE_HEADER: sign(body, secrets, timestamp),
+        STANDARD_ID_HEADER: delivery_id,
+        STANDARD_TIMESTAMP_HEADER: stamp,
+        STANDARD_SIGNATURE_HEADER: sign_standard(delivery_id, body, secrets, timestamp),
     }
+
+
+def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def _required(lowered: Mapping[str, str], name: str) -> str:
+    value = lowered.get(name)
+    if value is None:
+        raise MissingHeader(name)
+    return value
+
+
+def _timestamp(lowered: Mapping[str, str], name: str) -> str:
+    raw = _required(lowered, name).strip()
+    if not _TIMESTAMP.fullmatch(raw):
+        raise MalformedHeader(name)
+    return raw
+
+
+def _secret_tuple(secrets: Sequence[str] | str) -> tuple[str, ...]:
+    return (secrets,) if isinstance(secrets, str) else tuple(secrets)
+
+
+def _check_fresh(raw_timestamp: str, now: float | None, tolerance: float) -> None:
+    timestamp = int(raw_timestamp)
+    current = time.time() if now is None else now
+    if abs(current - timestamp) > tolerance:
+        raise StaleTimestamp(timestamp, current, tolerance)
 
 
 def verify(
@@ -129,25 +232,19 @@ def verify(
     now: float | None = None,
     tolerance: float = TOLERANCE_SECONDS,
 ) -> None:
-    """Accept the delivery or raise ``SignatureError``.
+    """Accept the delivery by its ``x-service-signature`` or raise ``SignatureError``.
 
     ``body`` must be the raw bytes received, before any JSON parsing. Any ``v1`` signature may
     match any of ``secrets``, so a receiver holding both secrets during a rotation keeps working.
     The signature is checked before the clock, so ``StaleTimestamp`` only ever reports a genuine
     delivery that arrived too late (a replay) or from a skewed clock.
     """
-    lowered = {name.lower(): value for name, value in headers.items()}
-    raw_timestamp = lowered.get(TIMESTAMP_HEADER)
-    if raw_timestamp is None:
-        raise MissingHeader(TIMESTAMP_HEADER)
-    raw_signatures = lowered.get(SIGNATURE_HEADER)
-    if raw_signatures is None:
-        raise MissingHeader(SIGNATURE_HEADER)
-    raw_timestamp = raw_timestamp.strip()
-    if not _TIMESTAMP.fullmatch(raw_timestamp):
-        raise MalformedHeader(TIMESTAMP_HEADER)
+    lowered = _lowered(headers)
+    _required(lowered, TIMESTAMP_HEADER)
+    raw_signatures = _required(lowered, SIGNATURE_HEADER)
+    raw_timestamp = _timestamp(lowered, TIMESTAMP_HEADER)
 
-    signer = _verifier((secrets,) if isinstance(secrets, str) else tuple(secrets))
+    signer = _verifier(_secret_tuple(secrets))
     payload = _signed_payload(raw_timestamp, body)
     candidates = [
         value
@@ -158,15 +255,58 @@ def verify(
     matched = [signer.verify_signature(payload, candidate) for candidate in candidates]
     if not any(matched):
         raise BadSignature()
+    _check_fresh(raw_timestamp, now, tolerance)
 
-    timestamp = int(raw_timestamp)
-    current = time.time() if now is None else now
-    if abs(current - timestamp) > tolerance:
-        raise StaleTimestamp(timestamp, current, tolerance)
+
+def verify_standard(
+    headers: Mapping[str, str],
+    body: bytes,
+    secrets: Sequence[str] | str,
+    *,
+    now: float | None = None,
+    tolerance: float = TOLERANCE_SECONDS,
+) -> None:
+    """Accept the delivery by its Standard Webhooks ``webhook-signature`` or raise ``SignatureError``.
+
+    The same rules as ``verify``, for the other scheme: ``secrets`` are the secrets as issued
+    (``standard_key`` turns each into its key), and the delivery id in ``webhook-id`` is signed.
+    """
+    lowered = _lowered(headers)
+    delivery_id = _required(lowered, STANDARD_ID_HEADER)
+    _required(lowered, STANDARD_TIMESTAMP_HEADER)
+    raw_signatures = _required(lowered, STANDARD_SIGNATURE_HEADER)
+    raw_timestamp = _timestamp(lowered, STANDARD_TIMESTAMP_HEADER)
+
+    keys = _standard_keys(_secret_tuple(secrets))
+    payload = _standard_payload(delivery_id, raw_timestamp, body)
+    candidates = [
+        base64.b64decode(value)
+        for scheme, _, value in (item.partition(",") for item in raw_signatures.split())
+        if scheme == SCHEME and _STANDARD_SIGNATURE.fullmatch(value)
+    ]
+    expected = [_standard_digest(key, payload) for key in keys]
+    # Every pair is compared, so timing does not reveal which one (or which secret) matched.
+    matched = [hmac.compare_digest(mine, theirs) for mine in expected for theirs in candidates]
+    if not any(matched):
+        raise BadSignature()
+    _check_fresh(raw_timestamp, now, tolerance)
+
+
+# Standard Webhooks libraries by language, as standardwebhooks.com lists them: package and registry.
+STANDARD_LIBRARIES = {
+    "Python": "standardwebhooks (PyPI)",
+    "JavaScript / TypeScript": "standardwebhooks (npm)",
+    "Go": "github.com/standard-webhooks/standard-webhooks/libraries/go (Go module)",
+    "Java": "com.standardwebhooks:standardwebhooks (Maven Central)",
+    "Ruby": "standardwebhooks (RubyGems)",
+    "PHP": "standard-webhooks/standard-webhooks (Packagist)",
+    "Rust": "standardwebhooks (crates.io)",
+    "C#": "StandardWebhooks (NuGet)",
+}
 
 
 def signature_description() -> dict[str, object]:
-    """The ``signature`` member of the catalog documents."""
+    """The ``signature`` member of the catalog documents: both schemes, and how secrets key them."""
     return {
         "algorithm": "HMAC-SHA256",
         "scheme": SCHEME,
@@ -182,25 +322,53 @@ def signature_description() -> dict[str, object]:
             SIGNATURE_HEADER: (
                 "Comma-separated v1=<signature> values, one per live partner secret, newest first."
             ),
+            STANDARD_ID_HEADER: f"Standard Webhooks: the same value as {DELIVERY_HEADER}.",
+            STANDARD_TIMESTAMP_HEADER: f"Standard Webhooks: the same value as {TIMESTAMP_HEADER}.",
+            STANDARD_SIGNATURE_HEADER: (
+                "Standard Webhooks: space-separated v1,<signature> values, one per live partner "
+                "secret, newest first."
+            ),
         },
         "encoding": (
-            "HMAC-SHA256 keyed with the UTF-8 bytes of the partner secret over the ASCII timestamp, "
-            "a dot and the raw request body bytes; the 32-byte digest is base64url-encoded without "
-            "padding."
+            "x-service-signature: HMAC-SHA256 keyed with the UTF-8 bytes of the whole partner "
+            "secret (whsec_ included) over the ASCII timestamp, a dot and the raw request body "
+            "bytes; the 32-byte digest is base64url-encoded without padding."
         ),
         "timestampTolerance": (
-            f"{TOLERANCE_SECONDS} seconds: reject a delivery whose x-service-timestamp is further "
-            "than this from your clock, in either direction."
+            f"{TOLERANCE_SECONDS} seconds: reject a delivery whose timestamp (x-service-timestamp, "
+            "equal to webhook-timestamp) is further than this from your clock, in either direction."
         ),
         "verification": (
-            "Compute the signature over the raw body before parsing it, compare in constant time, "
-            "and accept when any v1 value matches any secret you hold; then check the timestamp "
-            "and process eventId idempotently. The event and delivery headers are not signed: "
-            "trust the event member of the signed body."
+            "Check either scheme. Compute the signature over the raw body before parsing it, "
+            "compare in constant time, and accept when any v1 value matches any secret you hold; "
+            "then check the timestamp and process eventId idempotently. x-service-signature does "
+            "not sign the event and delivery headers (webhook-signature signs the delivery id): "
+            "trust the event member of the signed body. Test vectors to check a verifier against: "
+            "{publicApi}/webhooks/test-vectors."
         ),
         "rotation": (
             "Secrets are issued at partner onboarding and rotated through admin controls. After a "
             "rotation the previous secret keeps signing for an overlap window, so deliveries carry "
-            "one v1 signature per live secret; accept either secret until the overlap ends."
+            "one v1 signature per live secret in each scheme; accept either secret until the "
+            "overlap ends."
         ),
+        "secrets": (
+            f"Secrets are issued as {SECRET_PREFIX} followed by the standard base64 of 32 random "
+            "bytes: pass one unchanged to a Standard Webhooks library. A secret without that "
+            "prefix, issued earlier, keys webhook-signature with its UTF-8 bytes: pass a library "
+            f"{SECRET_PREFIX} followed by the standard base64 of those bytes, or ask for a "
+            "rotation to receive a new secret."
+        ),
+        "standardWebhooks": {
+            "specification": STANDARD_SPECIFICATION,
+            "headers": [STANDARD_ID_HEADER, STANDARD_TIMESTAMP_HEADER, STANDARD_SIGNATURE_HEADER],
+            "signedPayload": "{webhook-id}.{webhook-timestamp}.{raw_body}",
+            "encoding": (
+                "HMAC-SHA256 keyed with the secret's key bytes (the base64-decoded part after "
+                f"{SECRET_PREFIX}) over the delivery id, a dot, the timestamp, a dot and the raw "
+                "body bytes; the 32-byte digest in standard base64 with padding, written "
+                "v1,<signature>."
+            ),
+            "libraries": dict(STANDARD_LIBRARIES),
+        },
     }

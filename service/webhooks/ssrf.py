@@ -6,8 +6,12 @@ the addresses that were checked are exactly the ones connected to: nothing resol
 second time in between.
 
 Refused: every address that is not globally routable — loopback, private, link-local, multicast,
-unspecified, reserved, shared (100.64/10), documentation and benchmarking ranges — and IPv6 forms
-that carry such an IPv4 address (IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo).
+unspecified, reserved, shared (100.64/10), documentation and benchmarking ranges, IPv6 site-local
+(fec0::/10) — and IPv6 forms that carry such an IPv4 address (IPv4-mapped, IPv4-compatible, 6to4,
+NAT64, Teredo). An IPv4 host must be written as four decimal numbers: the other spellings that
+resolvers and browsers accept (``2130706433``, ``0177.0.0.1``, ``127.1``, ``0x7f.1``) are refused
+by the parser itself, so no check ever reads such a host as a name while a resolver reads it as
+an address.
 ``Settings.webhook_allow_private_urls`` lifts the rule for development and tests.
 """
 
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -31,6 +36,9 @@ SHARED = ipaddress.ip_network("100.64.0.0/10")
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d form (RFC 4291 2.5.5.1)
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
 FORBIDDEN_MESSAGE = "The host resolves to an address that is not publicly routable."
+# The WHATWG URL standard's "ends in a number": such a host is an IPv4 address in some notation
+# (inet_aton's decimal, octal, hex and short forms), never a name.
+_NUMBER_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 
 
 class UnsafeURL(Exception):
@@ -82,7 +90,14 @@ def is_forbidden(address: IPAddress) -> bool:
         or address.is_unspecified
         or address.is_reserved
         or (isinstance(address, ipaddress.IPv4Address) and address in SHARED)
+        # Deprecated (RFC 3879) yet still routed inside some networks; is_global calls it global.
+        or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
     )
+
+
+def is_numeric_host(host: str) -> bool:
+    """Whether ``host`` is an IPv4 address in some notation: its last label is a number."""
+    return bool(_NUMBER_LABEL.fullmatch(host.removesuffix(".").rpartition(".")[2]))
 
 
 def parse_address(text: str) -> IPAddress | None:
@@ -120,6 +135,8 @@ def parse_partner_url(text: str, *, allow_private: bool) -> URL:
         )
     if not host:
         raise UnsafeURL("invalid_url", "Must name a host.")
+    if is_numeric_host(host) and not isinstance(parse_address(host), ipaddress.IPv4Address):
+        raise UnsafeURL("invalid_url", "Write an IPv4 host as four decimal numbers, like 192.0.2.1.")
     if url.raw_user is not None or url.raw_password is not None:
         # Credentials in the URL would be listed to every admin; partners authenticate us by signature.
         raise UnsafeURL("credentials_in_url", "Must not carry a user name or password.")

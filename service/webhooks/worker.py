@@ -1,66 +1,94 @@
-"""The delivery worker: claims due deliveries, sends them, and logs every attempt durably.
+"""The delivery worker: one loop that claims due deliveries, sends them and logs every attempt.
 
 Inside ``serve`` it starts after the server does and stops before it (``service.webhooks.runtime``);
-``python -m service worker`` runs it alone, for scale-out on PostgreSQL. It keeps up to
-``concurrency`` attempts sending over one connection pool, each from a long-lived sender task,
-with more claimed and waiting so a freed sender never waits for the database.
+``python -m service worker`` runs it alone, for scale-out on PostgreSQL. The same loop runs in
+production, in the tests and in the demo generator: ``run()`` turns until ``stop()``, ``drain()``
+turns until nothing is due at the clock's time and nothing is in flight.
 
-The continuous loop (``run``) is the only part that touches the database, one transaction per
-turn: it logs and settles every attempt finished since the last turn and claims what the free
-slots need, together. Under load one commit carries hundreds of attempts; an idle worker turns as
-soon as something happens. It wakes when this process publishes (an ``asyncio.Event`` the publisher
-sets), when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), when finished
-attempts or free senders add up to a batch (or the worker falls idle), and every
-``poll_interval`` seconds for due retries (and, on SQLite, other processes' publishes). An attempt
-counts (``settled``, metrics) only once its log row is committed.
+The loop is made of standard parts:
 
-Tests drive it without a background task: ``run_once()`` claims one batch, sends it and settles
-it, and ``drain()`` repeats that until nothing is due at the injected clock's time.
+- a bounded ``asyncio.Queue`` of claimed deliveries, which ``concurrency`` sender tasks take from;
+- the senders, in one ``asyncio.TaskGroup``: each attempts one delivery at a time and hands the
+  attempt's record to the bookkeeper's queue;
+- the bookkeeper (``_bookkeep``), the only part that touches the database, one transaction per
+  turn: it logs and settles every attempt finished since the last turn (and the partners'
+  circuits) and claims what the queue has room for, together. Under load one commit carries
+  hundreds of attempts; an idle worker turns as soon as something happens.
+
+Claims serve partners in turn and hold each to its in-flight cap across every worker
+(``outbox.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
+enough that a few hanging partners' slots leave most of it free, and a partner failing attempt
+after attempt soon has its circuit opened (``service.webhooks.breaker``) and holds one at most.
+
+The bookkeeper wakes when this process makes deliveries due (``wake``, set by the operations),
+when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), when finished
+attempts or free room add up to a batch (or the worker falls idle), and every ``poll_interval``
+seconds for due retries. An attempt counts (``settled``, metrics, logs) once its row is committed.
+
+Bookkeeping survives what partners send back: a batch the database refuses is logged attempt by
+attempt, an attempt refused alone is logged once more without its response excerpt, and one
+refused even so is dropped with an error line (its claim expires and it is sent again). Nothing is
+retried forever: records whose lease ran out while the database was unreachable are dropped too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
-from collections import deque
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from service.clock import Clock
+from service.db.writer import refused_rows
 from service.metrics import Metrics
 from service.settings import Settings
 from service.webhooks import outbox
+from service.webhooks.breaker import BreakerPolicy, Change
 from service.webhooks.notify import Listener
 from service.webhooks.outbox import AttemptRecord, Job
 from service.webhooks.retry import Outcome, RetryPolicy, Verdict
 from service.webhooks.sender import Attempt, Sender
 from service.webhooks.ssrf import Resolve, system_resolve
+from service.webhooks.states import AttemptOutcome
 
 log = logging.getLogger(__name__)
-Clock = Callable[[], datetime]
 
-CONCURRENCY = 32  # attempts sending at once per worker, and connections in its pool
+# Attempts in flight per worker, each a sender task and a connection slot. Well above any one
+# partner's cap (SERVICE_WEBHOOK_MAX_IN_FLIGHT, 8 by default): fifteen partners hanging at their
+# cap leave more than half of it to everyone else, and an open circuit holds one slot at most.
+CONCURRENCY = 256
 POLL_INTERVAL = 1.0  # seconds; bounds how late a due retry or another process's publish is seen
-# DESIGN.md "Signed delivery": a claim lasts about twice the webhook timeout plus a few seconds,
-# so a live worker always settles before its lease ends and a killed one's claims return soon.
+# A claim lasts about twice the webhook timeout plus a few seconds, so a live worker always settles
+# before its lease ends and a killed one's claims return soon (docs/architecture.md
+# "Delivery pipeline").
 LEASE_MARGIN = 5.0
 # Under partial load finished attempts wait this long (seconds) to share a commit; an idle worker
 # logs at once. It delays only the log row, never a delivery.
 LOG_DELAY = 0.02
-# Claims and log writes come in batches of BATCH x concurrency, and up to WAITING x concurrency
-# claimed deliveries wait for a slot. Under a backlog the transactions run back to back, so each
-# one's fixed cost (round trips, commit) is what bounds the rate: draining 20,000 deliveries here
-# went from 6,400/s (PostgreSQL) and 8,500/s (SQLite) with batches of 2 x concurrency to 8,800/s
-# and 9,900/s with 8 x. A waiting delivery that could no longer finish inside its lease is handed
-# back instead of sent (see `_start_within`).
-BATCH = 8
-WAITING = 15
+# Claims and log writes come in batches of up to BATCH rows, and up to WAITING claimed deliveries
+# wait for a sender. Under a backlog the transactions run back to back, so each one's fixed cost
+# (round trips, commit) is what bounds the rate: draining 20,000 deliveries went from 6,400/s
+# (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. A waiting
+# delivery that could no longer finish inside its lease is handed back instead of sent.
+BATCH = 256
+WAITING = 512
 
 
 def lease_for(settings: Settings) -> timedelta:
     return timedelta(seconds=2 * settings.webhook_timeout + LEASE_MARGIN)
+
+
+def breaker_policy(settings: Settings) -> BreakerPolicy:
+    return BreakerPolicy(
+        failures=settings.webhook_breaker_failures,
+        cooldown=settings.webhook_breaker_cooldown,
+        disable_after=settings.webhook_disable_after,
+    )
 
 
 def settle(
@@ -70,15 +98,15 @@ def settle(
     verdict = attempt.verdict
     next_at: datetime | None = None
     if verdict is Verdict.DELIVERED:
-        result = "delivered"
+        result = AttemptOutcome.DELIVERED
     elif verdict is Verdict.GONE:
-        result, next_at = "paused", now  # due again the moment the partner is resumed
+        result, next_at = AttemptOutcome.PAUSED, now  # due again the moment the partner is resumed
     else:
         delay = policy.next_delay(job.attempt, Outcome(verdict, attempt.retry_after), rng)
         if delay is None:
-            result = "failed"
+            result = AttemptOutcome.FAILED
         else:
-            result, next_at = "retry", now + timedelta(seconds=delay)
+            result, next_at = AttemptOutcome.RETRY, now + timedelta(seconds=delay)
     return AttemptRecord(
         job=job,
         started_at=attempt.started_at,
@@ -113,7 +141,8 @@ class Worker:
         self.clock = clock
         self.metrics = metrics
         self.rng = rng or random.Random()
-        self.policy = RetryPolicy(tuple(settings.webhook_retry_schedule))
+        self.policy = RetryPolicy.from_schedule(settings.webhook_retry_schedule)
+        self.breaker = breaker_policy(settings)
         self.lease = lease_for(settings)
         # Started by then, an attempt ends (one timeout) with a second to spare inside its lease.
         self._start_within = self.lease.total_seconds() - settings.webhook_timeout - 1
@@ -122,6 +151,7 @@ class Worker:
         self.wake = wake or asyncio.Event()
         self.sender = Sender(
             timeout=settings.webhook_timeout,
+            connect_timeout=settings.webhook_connect_timeout,
             allow_private=settings.webhook_allow_private_urls,
             clock=clock,
             resolve=resolve,
@@ -129,24 +159,21 @@ class Worker:
         )
         self.listener = Listener(engine, self.wake)
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
-        self._task: asyncio.Task[None] | None = None
+        self.last_turn = time.monotonic()  # when the bookkeeper last turned (the worker's /healthz)
+        self._task: asyncio.Task[int] | None = None
         self._stopping = False
-        self._running = False  # the continuous loop is on: its senders take waiting deliveries
-        # The continuous loop's senders: ``concurrency`` long-lived tasks, each taking the next
-        # waiting delivery as soon as it finishes one (no task per attempt).
-        self._senders: list[asyncio.Task[None]] = []
-        self._idle: deque[asyncio.Future[None]] = deque()  # senders waiting for a delivery
-        self._slots = 0  # attempts in flight, each holding a connection slot
-        # Claimed, waiting for a free sender; each with the loop time by which it must have started.
-        self._queue: deque[tuple[float, Job]] = deque()
-        self._expired: list[Job] = []  # waited too long for a slot: handed back next turn
-        self._finished: list[AttemptRecord] = []  # attempts made, not yet logged
-        self._db_lock = asyncio.Lock()
-        # Set while the loop waits; resolved (``_nudge``) when there is something for it to do.
-        self._waiter: asyncio.Future[None] | None = None
-        self._batch = BATCH * concurrency
-        self._woken = False  # the last signal came from outside (wake), not from an attempt
-        self._finished_since = 0.0  # loop time when `_finished` last became non-empty
+        self._grace = settings.webhook_timeout + 1  # for attempts in flight at stop
+        self._batch = min(BATCH, 8 * concurrency)
+        self._room = concurrency + min(WAITING, 2 * self._batch)  # claimed: queued or in flight
+        self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
+        # One run's parts (set up by `run`).
+        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
+        self._records: list[AttemptRecord] = []
+        self._first_record_at = 0.0
+        self._expired: list[Job] = []
+        self._in_flight = 0
+        self._nudge = asyncio.Event()
+        self._woken = False
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -175,256 +202,275 @@ class Worker:
 
         Claimed deliveries not yet started are handed back at once. Attempts still running after
         the grace period are cancelled; their deliveries stay claimed until the lease runs out and
-        are then sent again (at least once).
+        are then sent again under the same attempt number (at least once).
         """
+        if grace is not None:
+            self._grace = grace
         self._stopping = True
         await self.listener.stop()
-        self._nudge()
+        self._nudge.set()
         if self._task is not None:
             await self._task
-        senders = [task for task in self._senders if not task.done()]
-        self._senders = []
-        if senders:  # each finishes the attempt it has in flight, if any, and ends
-            grace = self.settings.webhook_timeout + 1 if grace is None else grace
-            _, late = await asyncio.wait(senders, timeout=grace)
-            for task in late:
-                task.cancel()
-            await asyncio.gather(*late, return_exceptions=True)
-        try:
-            await self._turn(claim=0)
-        except Exception:
-            log.exception("logging the last attempts failed; their leases will expire")
+            self._task = None
         await self.close()
 
-    # --- storage: one transaction at a time ----------------------------------------------------
-
-    # The worker's transactions never overlap: on SQLite two would fight over the one write lock,
-    # and the loser sleeps in SQLite's busy handler (milliseconds) instead of queueing here.
-
-    async def claim(self, limit: int) -> list[Job]:
-        async with self._db_lock, self.engine.begin() as conn:
-            return await outbox.claim_due(conn, now=self.clock(), limit=limit, lease=self.lease)
-
-    async def record(self, records: Sequence[AttemptRecord]) -> None:
-        """Log and settle attempts in one transaction, then count them."""
-        async with self._db_lock, self.engine.begin() as conn:
-            await outbox.record_attempts(conn, records)
-        self._counted(records)
-
-    async def _turn(self, *, claim: int) -> list[Job]:
-        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction."""
-        records, self._finished = self._finished, []
-        expired, self._expired = self._expired, []
-        if not records and not expired and not claim:
-            return []
-        try:
-            async with self._db_lock, self.engine.begin() as conn:
-                await outbox.record_attempts(conn, records)
-                await outbox.release_claims(conn, expired, now=self.clock())
-                jobs = await outbox.claim_due(
-                    conn, now=self.clock(), limit=claim, lease=self.lease
-                ) if claim else []  # fmt: skip
-        except BaseException:
-            self._finished[:0] = records  # logged next turn; their claims hold meanwhile
-            self._expired[:0] = expired
-            raise
-        self._counted(records)
-        return jobs
-
-    def _counted(self, records: Sequence[AttemptRecord]) -> None:
-        self.settled += len(records)
-        for record in records:
-            if self.metrics is not None:
-                self.metrics.inc(self.metrics.delivery_attempts, record.outcome)
-                self.metrics.attempt_seconds.observe(record.duration_ms / 1000)
-            if record.outcome != "delivered" or log.isEnabledFor(logging.DEBUG):
-                log.log(
-                    logging.DEBUG if record.outcome == "delivered" else logging.INFO,
-                    "webhook attempt",
-                    extra={
-                        "delivery": record.job.delivery_id,
-                        "event_id": record.job.event_id,
-                        "partner": record.job.partner_id,
-                        "attempt": record.job.attempt,
-                        "status_code": record.status_code,
-                        "error_class": record.error_class,
-                        "outcome": record.outcome,
-                        "duration_ms": record.duration_ms,
-                    },
-                )
-
-    # --- one batch at a time (tests, drills) ---------------------------------------------------
-
-    async def run_once(self) -> int:
-        """Claim one batch of due deliveries, attempt them all, settle them; how many."""
-        jobs = await self.claim(self.concurrency)
-        if jobs:
-            await self.record(await asyncio.gather(*(self.attempt(job) for job in jobs)))
-        return len(jobs)
-
     async def drain(self) -> int:
-        """``run_once`` until nothing is due at the clock's current time; attempts made."""
-        total = 0
-        while count := await self.run_once():
-            total += count
-        return total
+        """Run the loop until nothing is due at the clock's time and nothing is in flight; the
+        attempts it logged. The worker must be open (``async with worker``)."""
+        return await self.run(until_idle=True)
 
-    async def deliver(self, job: Job) -> AttemptRecord:
-        """Attempt one claimed delivery and log it."""
-        record = await self.attempt(job)
-        await self.record([record])
-        return record
+    # --- the loop -----------------------------------------------------------------------------
 
-    # --- the continuous loop ------------------------------------------------------------------
+    async def run(self, *, until_idle: bool = False) -> int:
+        """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
+        settled_before = self.settled
+        self._jobs = asyncio.Queue()
+        self._records, self._expired, self._in_flight = [], [], 0
+        self._nudge = asyncio.Event()
+        async with asyncio.TaskGroup() as group:
+            senders = [
+                group.create_task(self._send(), name=f"webhook-sender-{number}")
+                for number in range(self.concurrency)
+            ]
+            forwarder = group.create_task(self._forward_wakes(), name="webhook-wakes")
+            try:
+                await self._bookkeep(until_idle)
+            finally:
+                await self._wind_down()
+                for task in (*senders, forwarder):
+                    task.cancel()
+        await self._final_turn()
+        return self.settled - settled_before
 
-    async def run(self) -> None:
-        """Turn until stopped: log finished attempts, claim for free slots, start them.
+    async def _bookkeep(self, until_idle: bool) -> None:
+        """The loop's one database user: log what finished, hand back what expired, claim for room.
 
-        ``concurrency`` long-lived senders (``_send``) make the attempts. Up to ``WAITING x
-        concurrency`` claimed deliveries wait for one, so a sender that finishes takes the next at
-        once, and claims come in batches of about ``BATCH x concurrency``. One that waited so long
-        that it could not finish inside its lease is handed back unsent. Finished attempts are
-        logged in batches of the same size, at once when the worker falls idle, and at most
-        ``LOG_DELAY`` seconds late.
-
-        After a claim comes back short (nothing more is due) the worker claims again only when
-        woken from outside (a publish, a resume, a retry) or after ``poll_interval``.
+        After a claim comes back empty (nothing more is due) it claims again only when woken from
+        outside (a publish, a resume, a retry) or after ``poll_interval``.
         """
-        batch = self._batch
         loop = asyncio.get_running_loop()
         last_claim = -float("inf")
         drained = False
-        forwarder = loop.create_task(self._forward_wakes())
-        self._running = True
-        self._senders = [
-            loop.create_task(self._send(), name=f"webhook-sender-{number}")
-            for number in range(self.concurrency)
-        ]
-        try:
-            while not self._stopping:
-                if self._woken:
-                    self._woken, drained = False, False
-                if loop.time() - last_claim >= self.poll_interval:
-                    drained = False
-                want = (WAITING + 1) * self.concurrency - self._slots - len(self._queue)
-                idle = not self._slots and not self._queue
-                claim = want if not drained and (want >= batch or (want > 0 and idle)) else 0
-                waiting = len(self._finished)
-                late = waiting and loop.time() - self._finished_since >= LOG_DELAY
-                if claim or self._expired or (waiting and (waiting >= batch or idle or late)):
-                    try:
-                        jobs = await self._turn(claim=claim)
-                    except Exception:
-                        log.exception("the outbox is unreachable; trying again shortly")
-                        await asyncio.sleep(self.poll_interval)
-                        continue
-                    if claim:
-                        last_claim, drained = loop.time(), len(jobs) < claim
-                    start_by = loop.time() + self._start_within
-                    self._queue.extend((start_by, job) for job in jobs)
-                    self._wake_senders()
-                    continue
-                if waiting:
-                    timeout = self._finished_since + LOG_DELAY - loop.time()
-                else:
-                    since = loop.time() - last_claim if drained else 0.0
-                    timeout = self.poll_interval - since
-                await self._pause(timeout)
-        finally:
-            self._running = False
-            forwarder.cancel()
-            while self._idle:  # idle senders end now; busy ones after their attempt (see stop)
-                waiter = self._idle.popleft()
-                if not waiter.done():
-                    waiter.set_result(None)
-            if self._queue or self._expired:
-                jobs = [job for _, job in self._queue] + self._expired
-                self._queue.clear()
-                self._expired = []
+        while not self._stopping:
+            self.last_turn = time.monotonic()
+            if self._woken:
+                self._woken, drained = False, False
+            if loop.time() - last_claim >= self.poll_interval:
+                drained = False
+            held = self._in_flight + self._jobs.qsize()
+            idle = not held
+            room = min(self._room - held, self._batch)
+            claim = room if not drained and (room >= self._batch or (room > 0 and idle)) else 0
+            waiting = len(self._records)
+            late = waiting and loop.time() - self._first_record_at >= LOG_DELAY
+            # With nothing queued, senders are waiting on claims that partners' caps may hold
+            # back until these attempts are logged: log them now rather than after LOG_DELAY.
+            starved = not self._jobs.qsize()
+            if claim or self._expired or (waiting and (waiting >= self._batch or idle or late or starved)):
+                settled = self.settled
                 try:
-                    async with self._db_lock, self.engine.begin() as conn:
-                        await outbox.release_claims(conn, jobs, now=self.clock())
+                    jobs = await self._turn(claim)
                 except Exception:
-                    log.exception("handing back claimed deliveries failed; their leases will expire")
+                    log.exception("the outbox is unreachable; trying again shortly")
+                    self._drop_stale_records()
+                    await self._pause(self.poll_interval)
+                    continue
+                if claim:
+                    last_claim, drained = loop.time(), not jobs
+                if self.settled > settled and not claim:
+                    # Settled attempts free their partners' caps: what the last claim left for
+                    # being over a cap may be claimable now.
+                    drained = False
+                start_by = loop.time() + self._start_within
+                for job in jobs:
+                    self._jobs.put_nowait((start_by, job))
+                continue
+            if until_idle and drained and idle and not waiting:
+                return
+            if waiting:
+                timeout = self._first_record_at + LOG_DELAY - loop.time()
+            else:
+                since = loop.time() - last_claim if drained else 0.0
+                timeout = self.poll_interval - since
+            await self._pause(timeout)
 
     async def _pause(self, timeout: float) -> None:
-        """Wait until nudged or for ``timeout`` seconds (a future and a timer: no task per wait)."""
-        loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(max(timeout, 0.0), self._nudge)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            self._waiter = None
-
-    def _nudge(self) -> None:
-        """Let the loop take a turn now, if it is waiting."""
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def _want_turn(self) -> bool:
-        """After an attempt: whether the loop has work now (see ``run``), so it is not woken for
-        every attempt only to wait again."""
-        finished = len(self._finished)
-        if finished == 1 or finished >= self._batch:  # start the LOG_DELAY clock, or log a batch
-            return True
-        queued = self._slots + len(self._queue)
-        return not queued or (WAITING + 1) * self.concurrency - queued >= self._batch
+        """Wait until nudged or for ``timeout`` seconds."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(timeout, 0.0)):
+                await self._nudge.wait()
+        self._nudge.clear()
 
     async def _forward_wakes(self) -> None:
-        """Turn the shared ``wake`` (set by publishers) into this loop's signal, marked external."""
+        """Turn the shared ``wake`` (set by publishers) into the bookkeeper's nudge, marked external."""
         while True:
             await self.wake.wait()
             self.wake.clear()
             self._woken = True
-            self._nudge()
-
-    def _wake_senders(self) -> None:
-        """Wake an idle sender for each waiting delivery (busy ones take the next when done)."""
-        for _ in range(len(self._queue)):
-            while self._idle and self._idle[0].done():
-                self._idle.popleft()  # its sender was cancelled
-            if not self._idle:
-                return
-            self._idle.popleft().set_result(None)
+            self._nudge.set()
 
     async def _send(self) -> None:
-        """One sender: take the next waiting delivery, attempt it, hand the record over; repeat.
-
-        Ends when the loop stops: at once when idle, otherwise after the attempt in flight.
-        """
+        """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
         loop = asyncio.get_running_loop()
-        queue = self._queue
-        while self._running and not self._stopping:
-            if not queue:
-                waiter: asyncio.Future[None] = loop.create_future()
-                self._idle.append(waiter)
-                await waiter
-                continue
-            start_by, job = queue.popleft()
-            if loop.time() > start_by:
+        while True:
+            start_by, job = await self._jobs.get()
+            if self._stopping or loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
-                self._nudge()
+                self._nudge.set()
                 continue
-            self._slots += 1
+            self._in_flight += 1
             try:
                 record = await self.attempt(job)
             except Exception:
                 # Never expected (the sender answers every failure with an Attempt); the claim
                 # holds until its lease ends and the delivery goes out again then.
                 log.exception("attempting a delivery failed", extra={"delivery": job.delivery_id})
-                self._slots -= 1
-                self._nudge()
                 continue
-            self._slots -= 1
-            # Appended only now: `_turn` swaps the list while attempts run.
-            if not self._finished:
-                self._finished_since = loop.time()
-            self._finished.append(record)
+            finally:
+                self._in_flight -= 1
+            if not self._records:
+                self._first_record_at = loop.time()
+            self._records.append(record)
             if self._want_turn():
-                self._nudge()
+                self._nudge.set()
+
+    def _want_turn(self) -> bool:
+        """After an attempt: whether the bookkeeper has work now, so it is not woken for every
+        attempt only to wait again."""
+        finished = len(self._records)
+        if finished == 1 or finished >= self._batch or self._stopping or not self._jobs.qsize():
+            return True
+        held = self._in_flight + self._jobs.qsize()
+        return not held or self._room - held >= self._batch
+
+    async def _wind_down(self) -> None:
+        """Hand back what waits unsent; give attempts in flight up to the grace period to finish."""
+        while not self._jobs.empty():
+            self._expired.append(self._jobs.get_nowait()[1])
+        if not self._in_flight or not self._stopping:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._grace
+        while self._in_flight and loop.time() < deadline:
+            await self._pause(deadline - loop.time())
+
+    async def _final_turn(self) -> None:
+        try:
+            await self._turn(0)
+        except Exception:
+            log.exception("logging the last attempts failed; their leases will expire")
+
+    # --- storage ------------------------------------------------------------------------------
+
+    async def _turn(self, claim: int) -> list[Job]:
+        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction."""
+        records, self._records = self._records, []
+        expired, self._expired = self._expired, []
+        if not records and not expired and not claim:
+            return []
+        try:
+            async with self._db_lock, self.engine.begin() as conn:
+                changes = await outbox.record_attempts(conn, records, breaker=self.breaker)
+                await outbox.release_claims(conn, expired, now=self.clock())
+                jobs = await self._claim(conn, claim) if claim else []
+        except Exception as error:
+            if records and refused_rows(error):
+                # A row the database will not take (whatever a partner sent back): log the
+                # batch attempt by attempt so the rest lands, then claim in a turn of its own.
+                await self._record_apart(records)
+                self._expired[:0] = expired
+                return await self._turn(claim)
+            self._records[:0] = records  # logged next turn; their claims hold meanwhile
+            self._expired[:0] = expired
+            raise
+        self._counted(records, changes)
+        return jobs
+
+    async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
+        return await outbox.claim_due(
+            conn,
+            now=self.clock(),
+            limit=limit,
+            lease=self.lease,
+            default_cap=self.settings.webhook_max_in_flight,
+        )
+
+    async def _record_apart(self, records: Sequence[AttemptRecord]) -> None:
+        """Log each record in a transaction of its own; one the database refuses is tried once
+        more without its response excerpt, then dropped with an error line."""
+        for record in records:
+            for attempt in (record, record._replace(response_excerpt=None)):
+                try:
+                    async with self._db_lock, self.engine.begin() as conn:
+                        changes = await outbox.record_attempts(conn, [attempt], breaker=self.breaker)
+                except Exception as error:
+                    if not refused_rows(error):
+                        raise
+                    continue
+                if attempt is not record:
+                    log.warning(
+                        "an attempt was logged without the response excerpt the database refused",
+                        extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
+                    )
+                self._counted([attempt], changes)
+                break
+            else:
+                log.error(
+                    "an attempt could not be logged; its delivery goes out again when its claim expires",
+                    extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
+                )
+
+    def _drop_stale_records(self) -> None:
+        """Records kept through an outage are dropped once their lease ended: their deliveries are
+        claimable again, so keeping them would only retry a write that can no longer settle them."""
+        now = self.clock()
+        stale = [record for record in self._records if record.job.claimed_until <= now]
+        if stale:
+            self._records = [record for record in self._records if record.job.claimed_until > now]
+            log.warning(
+                "attempts could not be logged before their claims expired", extra={"attempts": len(stale)}
+            )
+
+    def _counted(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+        """Count, log and measure what was committed."""
+        self.settled += len(records)
+        metrics = self.metrics
+        for record in records:
+            if metrics is not None:
+                metrics.inc(metrics.delivery_attempts, record.job.partner_id, record.outcome)
+                metrics.attempt_seconds.observe(record.duration_ms / 1000)
+            if record.outcome is AttemptOutcome.DELIVERED and not log.isEnabledFor(logging.DEBUG):
+                continue
+            level = {
+                AttemptOutcome.DELIVERED: logging.DEBUG,
+                AttemptOutcome.FAILED: logging.WARNING,  # the schedule is spent: someone should look
+            }.get(record.outcome, logging.INFO)
+            failed = record.outcome is AttemptOutcome.FAILED
+            log.log(
+                level,
+                "webhook delivery failed for good" if failed else "webhook attempt",
+                extra={
+                    "delivery": record.job.delivery_id,
+                    "event_id": record.job.event_id,
+                    "partner": record.job.partner_id,
+                    "attempt": record.job.attempt,
+                    "status_code": record.status_code,
+                    "error_class": record.error_class,
+                    "outcome": record.outcome,
+                    "duration_ms": record.duration_ms,
+                },
+            )
+            if failed and metrics is not None:
+                metrics.inc(metrics.deliveries_failed, record.job.partner_id)
+        for partner_id, change in changes:
+            if metrics is not None:
+                metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
+            warn = change in (Change.OPENED, Change.DISABLED)
+            log.log(
+                logging.WARNING if warn else logging.INFO,
+                _CHANGE_LINES[change],
+                extra={"partner": partner_id, "circuit": change},
+            )
 
     # --- one attempt --------------------------------------------------------------------------
 
@@ -438,3 +484,11 @@ class Worker:
             secrets=job.secrets,
         )
         return settle(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())
+
+
+_CHANGE_LINES = {
+    Change.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
+    Change.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
+    Change.CLOSED: "a partner's circuit closed: its held deliveries go out",
+    Change.DISABLED: "a partner was disabled after failing without a break; resume it to deliver again",
+}

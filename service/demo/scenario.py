@@ -1,66 +1,27 @@
-"""Seeded demo data, made by driving the real service: ``python -m analytics.demo --out var/demo.db``.
+"""The demo's scenario as data: six weeks of a launch, its partners, and the plan built from a seed.
 
-The notebooks need a database that looks like six weeks of a launch: people joining the waitlist
-(some twice, some with typos the service refuses), partners receiving webhooks (one healthy, one
-flaky and briefly down, one slow, one that stops with 410 Gone). Rather than writing rows that
-merely look right, ``generate`` starts the service (``analytics.live.serve``) on a fresh SQLite
-file and does what its users do:
-
-- every registration is a real ``POST /api/waitlist`` over HTTP, as JSON or as a form; the invalid
-  ones get their 400 and leave no row;
-- partners are onboarded through ``POST /admin/partners`` and publish goes through
-  ``POST /admin/events``;
-- the service's own delivery worker signs and sends every attempt to receivers on loopback, which
-  verify the signature and answer from a seeded script, and logs it in ``delivery_attempts``.
-
-Determinism comes from the source, not from tidying the output: every choice is drawn from
-``random.Random`` seeded with ``seed``; the service's clock is a ``live.Clock`` the generator
-moves from one action to the next (timestamps, retry times and time-to-delivery are exact); the
-worker's jitter has its own seeded ``Random`` and the claimed deliveries are sent one at a time in
-a fixed order, so its draws land on the same deliveries every run. Partner, delivery and claim
-ids are the service's own random ULIDs; the analyses never show them.
-
-One quantity is real time: ``duration_ms``, which the worker measures with ``perf_counter``. The
-receivers make it predictable where it matters: an answer comes at once, after ``PROMPT_REPLY`` or
-``SLOW_REPLY`` seconds, or not within ``WEBHOOK_TIMEOUT``; loopback adds a few milliseconds, so
-latency read at a resolution of ``LATENCY_RESOLUTION_MS`` is the same every run
-(``deliveries.latency_percentiles(..., resolution_ms=LATENCY_RESOLUTION_MS)``).
+Pure: nothing here starts a server or touches a database. ``plan(seed)`` is every action the
+driver will perform, with its time; ``PARTNERS`` says how each partner's endpoint answers;
+``digest(seed)`` sums both up for the demo database's fingerprint (``service.demo.files``).
+Every choice is drawn from ``random.Random`` seeded with the seed, so the same seed plans the
+same six weeks.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import contextlib
 import hashlib
-import heapq
-import json
-import os
 import random
-import sqlite3
-import subprocess
-import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from ulid import ULID
 
-from analytics.live import Clock, Received, Receiver, Reply, Service, serve
-from analytics.load import Source
-from service.ids import SeededIds
-from service.settings import Settings
-from service.webhooks import signing
-from service.webhooks.worker import Worker
-
-PROJECT_ROOT = Path(__file__).resolve().parents[1]
-DEMO_PATH = PROJECT_ROOT / "var" / "demo.db"
-DEMO = "demo"  # the notebooks' SOURCE value that means "the seeded demo database"
 DEFAULT_SEED = 20260629  # the public API version date; any integer gives another, equally valid demo
-FORMAT = 1  # bump when the scenario changes in a way the code fingerprint would not notice
+# Bump when the demo changes in a way ``digest`` cannot see: how the driver or the receivers play
+# the scenario, rather than the scenario itself.
+FORMAT = 2
 
 # --- the scenario -----------------------------------------------------------------------------
 
@@ -72,7 +33,7 @@ REGISTRATIONS = 3000  # submissions, valid or not
 EVENTS = 300  # events published, besides the scripted ones
 BASE_URL = "https://launchrooms.example"
 # Not a credential: it guards only the generator's own server, on loopback, while it runs.
-DEMO_ADMIN_TOKEN = "demo-admin-token"  # noqa: S105
+DEMO_ADMIN_TOKEN = "demo-admin-token-for-the-loopback-server"  # noqa: S105
 
 # Short, so the whole schedule plays out in a few simulated minutes; the clock is simulated, so
 # a longer one would cost nothing but rows.
@@ -94,20 +55,62 @@ GONE_AT = datetime(2026, 6, 10, tzinfo=UTC)  # from then on the partner answers 
 
 
 @dataclass(frozen=True)
+class Answer:
+    """How a partner's endpoint answers one attempt, ``delay`` seconds of real time after it came."""
+
+    status: int = 200
+    body: str = '{"received":true}'
+    headers: tuple[tuple[str, str], ...] = ()
+    delay: float = 0.0
+
+
+OK = Answer()
+RETIRED = Answer(410, "this integration has been retired")
+
+
+@dataclass(frozen=True)
 class PartnerSpec:
+    """A partner: the kinds it subscribes to, and how its endpoint behaves.
+
+    Each attempt draws one number in [0, 1) (``service.demo.receivers.Endpoint``): ``answers`` are
+    tried in order, each taking the draws below its bound, and the rest are answered ``OK``.
+    Between the two moments of ``down`` the endpoint is off the network (connections refused);
+    from ``retired_at`` on it answers ``RETIRED`` to everything.
+    """
+
     name: str
     events: tuple[str, ...] | None  # None: every kind
+    answers: tuple[tuple[float, Answer], ...] = ()
+    down: tuple[datetime, datetime] | None = None
+    retired_at: datetime | None = None
+
+    def answer(self, draw: float, at: datetime) -> Answer:
+        if self.retired_at is not None and at >= self.retired_at:
+            return RETIRED
+        return next((answer for bound, answer in self.answers if draw < bound), OK)
 
 
-# What each endpoint does is in Endpoint.__call__; in short:
 PARTNERS = (
-    PartnerSpec(HEALTHY, None),  # 200, at once or (1 in 5) after PROMPT_REPLY
-    # 500 to 1 in 6 attempts, 503 with Retry-After to 1 in 16; refuses connections during OUTAGE
-    PartnerSpec(FLAKY, None),
-    # 1 in 5 after SLOW_REPLY, 1 in 10 not within WEBHOOK_TIMEOUT
-    PartnerSpec(SLOW, ("room.claimed", "room.upgraded", "room.trending", "platform.milestone")),
-    # 200 until GONE_AT, then 410 Gone
-    PartnerSpec(GONE, ("room.links.updated", "room.content.published", "room.arcade.high_score")),
+    PartnerSpec(HEALTHY, None, answers=((0.2, Answer(delay=PROMPT_REPLY)),)),
+    PartnerSpec(
+        FLAKY,
+        None,
+        answers=(
+            (1 / 6, Answer(500, "internal error")),
+            (1 / 6 + 1 / 16, Answer(503, "busy, come back later", (("Retry-After", "90"),))),
+        ),
+        down=OUTAGE,
+    ),
+    PartnerSpec(
+        SLOW,
+        ("room.claimed", "room.upgraded", "room.trending", "platform.milestone"),
+        answers=((0.1, Answer(body="ok", delay=HANG)), (0.3, Answer(body="ok", delay=SLOW_REPLY))),
+    ),
+    PartnerSpec(
+        GONE,
+        ("room.links.updated", "room.content.published", "room.arcade.high_score"),
+        retired_at=GONE_AT,
+    ),
 )
 
 
@@ -283,7 +286,10 @@ def plan(seed: int = DEFAULT_SEED, registrations: int = REGISTRATIONS, events: i
     submissions = list(_submissions(random.Random(f"{seed}/waitlist"), registrations))
     timed += [(at, 0, action) for at, action in submissions]
     timed += [(at, 1, action) for at, action in _events(random.Random(f"{seed}/events"), events, submissions)]
-    timed += [(OUTAGE[0], 2, Outage(FLAKY, down=True)), (OUTAGE[1], 2, Outage(FLAKY, down=False))]
+    for spec in PARTNERS:
+        if spec.down is not None:
+            timed += [(spec.down[0], 2, Outage(spec.name, down=True))]
+            timed += [(spec.down[1], 2, Outage(spec.name, down=False))]
     timed.sort(key=lambda item: (item[0], item[1]))
     return Plan(seed, tuple((at, action) for at, _, action in timed))
 
@@ -518,266 +524,16 @@ def _milestone_moments(submissions: Sequence[tuple[datetime, Submit]]) -> Iterat
             yield pending.pop(0), at
 
 
-# --- the partners' endpoints ------------------------------------------------------------------
-
-
-@dataclass
-class Endpoint:
-    """A partner's receiver: checks the signature like a real one, then answers from its script."""
-
-    spec: PartnerSpec
-    seed: int
-    secret: str = ""  # known once the partner is onboarded
-    refused: int = 0  # deliveries whose signature did not verify; the generator expects none
-
-    def __call__(self, received: Received) -> Reply:
-        try:
-            signing.verify(received.headers, received.body, self.secret, now=received.at.timestamp())
-        except signing.SignatureError as error:
-            self.refused += 1
-            return Reply(401, str(error))
-        event_id = json.loads(received.body)["eventId"]
-        stamp = received.headers[signing.TIMESTAMP_HEADER]
-        # One draw per attempt, from what the attempt carries: the same in every run, whatever
-        # order the attempts arrive in.
-        draw = random.Random(f"{self.seed}/{self.spec.name}/{event_id}/{stamp}").random()
-        if self.spec.name == HEALTHY and draw < 0.2:
-            return Reply(200, '{"received":true}', delay=PROMPT_REPLY)
-        if self.spec.name == FLAKY:
-            if draw < 1 / 6:
-                return Reply(500, "internal error")
-            if draw < 1 / 6 + 1 / 16:
-                return Reply(503, "busy, come back later", {"Retry-After": "90"})
-        if self.spec.name == SLOW:
-            if draw < 0.1:
-                return Reply(200, "ok", delay=HANG)  # the worker gives up first
-            if draw < 0.3:
-                return Reply(200, "ok", delay=SLOW_REPLY)
-        if self.spec.name == GONE and received.at >= GONE_AT:
-            return Reply(410, "this integration has been retired")
-        return Reply(200, '{"received":true}')
-
-
-# --- driving the service ----------------------------------------------------------------------
-
-
-@dataclass
-class Summary:
-    submissions: int = 0
-    accepted: int = 0
-    refused: dict[int, int] = field(default_factory=dict)  # status -> count
-    events: int = 0
-    duplicates: int = 0
-    deliveries: int = 0
-    attempts: int = 0
-
-    def line(self) -> str:
-        refused = sum(self.refused.values())
-        return (
-            f"{self.submissions} waitlist submissions ({self.accepted} accepted, {refused} refused), "
-            f"{len(PARTNERS)} partners, {self.events} events ({self.duplicates} repeats), "
-            f"{self.deliveries} deliveries, {self.attempts} attempts"
-        )
-
-
-class Driver:
-    """Plays a plan against a running service, moving the clock from one action to the next."""
-
-    def __init__(self, service: Service, clock: Clock, worker: Worker, endpoints: dict[str, Endpoint]):
-        self.service = service
-        self.clock = clock
-        self.worker = worker
-        self.endpoints = endpoints
-        self.receivers: dict[str, Receiver] = {}
-        self.names: dict[str, str] = {}  # partner id -> name
-        self.retries: list[datetime] = []  # when scheduled retries fall due (a heap)
-        self.summary = Summary()
-
-    async def onboard(self) -> None:
-        for spec in PARTNERS:
-            body: dict[str, Any] = {"name": spec.name, "url": self.receivers[spec.name].url}
-            if spec.events is not None:
-                body["events"] = list(spec.events)
-            answer = await self.service.request("POST", "/admin/partners", json=body, admin=True)
-            _expect(answer.status, 201, answer.body)
-            self.names[answer.body["id"]] = spec.name
-            self.endpoints[spec.name].secret = answer.body["secret"]
-
-    async def play(self, actions: Sequence[tuple[datetime, Action]]) -> None:
-        for at, action in actions:
-            await self.deliver_until(at)
-            self.clock.set(at)
-            await self.perform(action)
-            await self.deliver_due()
-        await self.deliver_until(None)
-
-    async def perform(self, action: Action) -> None:
-        if isinstance(action, Submit):
-            self.summary.submissions += 1
-            if action.form:
-                answer = await self.service.request("POST", "/api/waitlist", form=action.body)
-            else:
-                answer = await self.service.request("POST", "/api/waitlist", json=action.body)
-            _expect(answer.status, 200 if action.valid else 400, (action.body, answer.body))
-            if answer.status == 200:
-                self.summary.accepted += 1
-            else:
-                self.summary.refused[answer.status] = self.summary.refused.get(answer.status, 0) + 1
-        elif isinstance(action, Publish):
-            answer = await self.service.request("POST", "/admin/events", json=action.data, admin=True)
-            _expect(answer.status, 202, answer.body)
-            if action.duplicate:
-                _expect(answer.body["deliveries"], 0, "a repeated event must not be delivered again")
-                self.summary.duplicates += 1
-            self.summary.events += 1
-            self.summary.deliveries += answer.body["deliveries"]
-        else:
-            receiver = self.receivers[action.partner]
-            await (receiver.stop() if action.down else receiver.start())
-
-    async def deliver_until(self, moment: datetime | None) -> None:
-        """Move the clock to each scheduled retry before ``moment`` (None: all) and send it."""
-        while self.retries and (moment is None or self.retries[0] < moment):
-            self.clock.set(max(self.clock(), heapq.heappop(self.retries)))
-            await self.deliver_due()
-
-    async def deliver_due(self) -> None:
-        """Send every delivery due now, one at a time in a fixed order, as the worker would."""
-        while jobs := await self.worker.claim(limit=100):
-            for job in sorted(jobs, key=lambda job: (job.event_id, self.names[job.partner_id])):
-                record = await self.worker.deliver(job)
-                if record is None:
-                    raise RuntimeError("the worker could not log an attempt")
-                self.summary.attempts += 1
-                if record.outcome == "retry" and record.next_attempt_at is not None:
-                    heapq.heappush(self.retries, record.next_attempt_at)
-
-
-def _expect(got: object, expected: object, context: object) -> None:
-    if got != expected:
-        raise RuntimeError(f"the demo expected {expected!r} and the service gave {got!r}: {context!r}")
-
-
-def demo_settings(database_url: str) -> Settings:
-    return Settings(
-        database_url=database_url,
-        admin_token=DEMO_ADMIN_TOKEN,
-        # One client posts everything, so the per-client limit would refuse most of it.
-        waitlist_rate_limit="1000000/minute",
-        webhook_retry_schedule=RETRY_SCHEDULE,
-        webhook_timeout=WEBHOOK_TIMEOUT,
-        webhook_allow_private_urls=True,  # the partners' endpoints are on loopback
+def digest(seed: int = DEFAULT_SEED, registrations: int = REGISTRATIONS, events: int = EVENTS) -> str:
+    """A hash of what this scenario asks of the service for ``seed``: every planned action, the
+    partners' behaviour and the delivery settings. Any change to them changes the hash."""
+    scenario = (
+        FORMAT,
+        PARTNERS,
+        RETRY_SCHEDULE,
+        WEBHOOK_TIMEOUT,
+        END,
+        plan(seed, registrations, events),
     )
-
-
-async def generate(
-    path: Path, seed: int = DEFAULT_SEED, *, registrations: int = REGISTRATIONS, events: int = EVENTS
-) -> Summary:
-    """Fill a new SQLite database at ``path`` by playing ``plan(seed, ...)`` against the service."""
-    if path.exists():
-        raise FileExistsError(path)
-    scenario = plan(seed, registrations, events)
-    clock = Clock(START)
-    endpoints = {spec.name: Endpoint(spec, seed) for spec in PARTNERS}
-    async with contextlib.AsyncExitStack() as stack:
-        receivers = {name: Receiver(clock, endpoint) for name, endpoint in endpoints.items()}
-        for receiver in receivers.values():
-            await stack.enter_async_context(receiver)
-        ids = SeededIds(clock, f"{seed}/ids")
-        service = await stack.enter_async_context(serve(demo_settings(f"sqlite:///{path}"), clock, ids))
-        worker = await stack.enter_async_context(service.worker(random.Random(f"{seed}/jitter")))
-        driver = Driver(service, clock, worker, endpoints)
-        driver.receivers = receivers
-        await driver.onboard()
-        await driver.play(scenario.actions)
-        clock.set(max(clock(), END))
-    refused = {name: endpoint.refused for name, endpoint in endpoints.items() if endpoint.refused}
-    if refused:
-        raise RuntimeError(f"receivers refused signatures from the service: {refused}")
-    return driver.summary
-
-
-# --- the demo database on disk ----------------------------------------------------------------
-
-
-def fingerprint(seed: int) -> int:
-    """What the demo database was made from: this scenario, the service's code and the seed.
-
-    Kept in SQLite's ``user_version`` so a database made by older code is made again, not read.
-    """
-    digest = hashlib.sha256(f"{FORMAT}/{seed}".encode())
-    sources = [Path(__file__), Path(__file__).with_name("live.py")]
-    sources += sorted((PROJECT_ROOT / "service").rglob("*.py"))
-    for source in sources:
-        digest.update(source.read_bytes())
-    return int.from_bytes(digest.digest()[:4], "big") & 0x7FFFFFFF  # user_version is signed 32-bit
-
-
-def _user_version(path: Path) -> int | None:
-    if not path.is_file():
-        return None
-    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
-
-
-def write(out: Path, seed: int = DEFAULT_SEED, **sizes: int) -> Summary:
-    """Generate into a temporary file beside ``out``, then move it into place in one step."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
-    for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
-        leftover.unlink(missing_ok=True)
-    try:
-        summary = asyncio.run(generate(partial, seed, **sizes))
-        with contextlib.closing(sqlite3.connect(partial)) as conn:
-            # One self-contained file (no -wal beside it), stamped with what made it.
-            conn.execute("PRAGMA journal_mode=DELETE")
-            conn.execute(f"PRAGMA user_version={fingerprint(seed)}")
-        os.replace(partial, out)
-    finally:
-        partial.unlink(missing_ok=True)
-    return summary
-
-
-def ensure(path: Path = DEMO_PATH, seed: int = DEFAULT_SEED) -> Path:
-    """The demo database at ``path``, generated first if it is missing or was made by other code.
-
-    Generation runs in a child process (``python -m analytics.demo``), so a notebook kernel keeps
-    none of the server's state and shows none of its output unless it fails.
-    """
-    if _user_version(path) == fingerprint(seed):
-        return path
-    command = [sys.executable, "-m", "analytics.demo", "--out", str(path), "--seed", str(seed)]
-    done = subprocess.run(  # noqa: S603 - our own module, run with our own interpreter
-        command, cwd=PROJECT_ROOT, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"generating the demo database failed:\n{done.stdout}{done.stderr}")
-    return path
-
-
-def source(value: Source | str = DEMO) -> Source:
-    """What a notebook's ``SOURCE`` names: ``"demo"`` is the demo database (made on first use);
-    anything else is passed to ``analytics.load`` as it is (a path, a URL, or None for
-    ``$SERVICE_DATABASE_URL``)."""
-    if value == DEMO:
-        return ensure()
-    return value
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analytics.demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=DEMO_PATH, help=f"default {DEMO_PATH}")
-    parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    parser.add_argument("--force", action="store_true", help="replace an existing file")
-    args = parser.parse_args(argv)
-    if args.out.exists() and not args.force and _user_version(args.out) == fingerprint(args.seed):
-        print(f"{args.out} is up to date (seed {args.seed})")
-        return 0
-    began = time.perf_counter()
-    summary = write(args.out, args.seed)
-    print(f"wrote {args.out} in {time.perf_counter() - began:.1f} s: {summary.line()}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    # Every part is a tuple, a dataclass, a number, a string or a datetime: repr is stable.
+    return hashlib.sha256(repr(scenario).encode()).hexdigest()

@@ -1,0 +1,146 @@
+"""The audit trail: one JSON log line for every admin operation, whoever asked for it.
+
+``audited`` wraps every public coroutine method of an operations class (``Operations``,
+``RegistrationOperations``), so an operation added later is audited without anyone remembering to.
+Each call writes one INFO line on the ``service.audit`` logger, for example::
+
+    {"logger": "service.audit", "message": "admin action", "actor": "203.0.113.7",
+     "operation": "rotate_secret", "partner": "ptn_01J...", "outcome": "ok"}
+
+- who: ``actor``, set by the adapter with ``act_as``: the client address for the admin routes,
+  ``cli:`` and the operating-system user for the commands;
+- what: ``operation``, the method's name;
+- which: ``partner``, ``delivery``, ``event`` and ``registration``, read from the arguments named
+  ``partner_id``, ``delivery_id``, ``event_id`` and ``email`` (an address is masked as every log
+  line masks them) and from the answer's ``partnerId``, ``eventId`` and ``deliveryId`` members (an
+  operation whose answer names its resource otherwise says so with ``reports``);
+- the outcome: ``ok``, or ``error`` with the ``status`` the admin API answers for it.
+
+Nothing else of the input or the answer is written, so no secret ever is. An operation that calls
+another is one action: only the outermost call is logged. ``unaudited`` marks the few methods that
+are not an operator's action (the metrics scrape reads queue statistics every few seconds).
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import inspect
+import logging
+import os
+from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from service.exceptions import DomainError
+from service.logs import mask
+
+log = logging.getLogger("service.audit")
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+UNKNOWN_ACTOR = "unknown"  # an operation called outside any adapter (a script, a test)
+# Arguments and answer members that name what an operation acted on, and the log key for each.
+ARGUMENTS = {"partner_id": "partner", "delivery_id": "delivery", "event_id": "event", "email": "registration"}
+ANSWER = {"partnerId": "partner", "eventId": "event", "deliveryId": "delivery"}
+
+_actor: ContextVar[str] = ContextVar("audit_actor", default=UNKNOWN_ACTOR)
+_inside: ContextVar[bool] = ContextVar("audit_inside", default=False)
+
+
+def command_actor() -> str:
+    """``cli:`` and the user running the command (the uid where the system has no name for it)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no login name and no passwd entry: a bare container uid
+        user = str(os.getuid())
+    return f"cli:{user}"
+
+
+def act_as(actor: str) -> None:
+    """Who the operations called from here on, in this task and the tasks it starts, act for."""
+    _actor.set(actor)
+
+
+def reports(**members: str) -> Callable[[F], F]:
+    """Name the answer members that identify what the operation acted on: ``@reports(partner="id")``."""
+
+    def mark(method: F) -> F:
+        method.__audit_reports__ = members  # type: ignore[attr-defined]
+        return method
+
+    return mark
+
+
+def unaudited(method: F) -> F:
+    """Leave a method out of the trail: it is no operator's action."""
+    method.__audit__ = False  # type: ignore[attr-defined]
+    return method
+
+
+def audited(cls: type[T]) -> type[T]:
+    """Wrap every public coroutine method of ``cls`` (but ``unaudited`` ones) in ``audit``."""
+    for name, method in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.iscoroutinefunction(method):
+            continue
+        if getattr(method, "__audit__", True):
+            setattr(cls, name, audit(method))
+    return cls
+
+
+def audit(method: F) -> F:
+    """``method``, writing one audit line per outermost call."""
+    signature = inspect.signature(method)
+    answer_members = dict(ANSWER)
+    answer_members.update({member: key for key, member in getattr(method, "__audit_reports__", {}).items()})
+    operation = method.__name__
+
+    @functools.wraps(method)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if _inside.get():
+            return await method(*args, **kwargs)
+        token = _inside.set(True)
+        line: dict[str, Any] = {"actor": _actor.get(), "operation": operation}
+        line.update(_named(signature.bind(*args, **kwargs).arguments))
+        try:
+            answer = await method(*args, **kwargs)
+        except Exception as error:
+            line.update(outcome="error", status=_status(error))
+            log.info("admin action", extra=line)
+            raise
+        finally:
+            _inside.reset(token)
+        if isinstance(answer, Mapping):
+            line.update(
+                (key, answer[member])
+                for member, key in answer_members.items()
+                if isinstance(answer.get(member), str) and key not in line
+            )
+        line["outcome"] = "ok"
+        log.info("admin action", extra=line)
+        return answer
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _named(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    for name, key in ARGUMENTS.items():
+        value = arguments.get(name)
+        if isinstance(value, str):
+            yield key, _masked(value) if key == "registration" else value
+
+
+def _masked(address: str) -> str:
+    masked = mask(address)
+    return masked if masked != address else "[address]"  # not shaped like an address: none of it
+
+
+def _status(error: BaseException) -> int:
+    """What the admin API answers for this error (the commands exit 1 on any of them)."""
+    if isinstance(error, DomainError):
+        # Imported here: the commands load no web framework unless an operation is refused.
+        from service.errors import from_domain
+
+        return int(from_domain(error).status_code)
+    return 500

@@ -1,0 +1,33 @@
+"""Seeded demo data, made by driving the real service: ``python -m service.demo --out var/demo.db``.
+
+The analysis notebooks need a database that looks like six weeks of a launch: people joining the
+waitlist (some twice, some with typos the service refuses), partners receiving webhooks (one
+healthy, one flaky and briefly down, one slow, one that stops with 410 Gone). Rather than writing
+rows that merely look right, the generator starts the service on a fresh SQLite file and does what
+its users do:
+
+- every registration is a real ``POST /api/waitlist`` over HTTP, as JSON or as a form; the invalid
+  ones get their 400 and leave no row;
+- partners are onboarded through ``POST /admin/partners`` and publish goes through
+  ``POST /admin/events``;
+- the service's own delivery worker signs and sends every attempt to receivers on loopback, which
+  verify the signature and answer from a seeded script, and logs it in ``delivery_attempts``.
+
+The modules: ``scenario`` (what happens, as data, and the plan built from a seed; pure),
+``receivers`` (the partners' endpoints), ``driver`` (plays a plan against the running service),
+``files`` (the database on disk, its fingerprint, and ``source`` for the notebooks' ``SOURCE``),
+and ``capture`` (the signed deliveries the signature notebook checks).
+
+Determinism comes from the source, not from tidying the output: every choice is drawn from
+``random.Random`` seeded with the seed; the service's clock is one the driver moves from one action
+to the next (timestamps, retry times and time-to-delivery are exact); the worker's jitter has its
+own seeded ``Random`` and due deliveries are sent one at a time in a fixed order, so its draws land
+on the same deliveries every run. Partner, delivery and claim ids are the service's own random
+ULIDs; the analyses never show them.
+
+One quantity is real time: ``duration_ms``, which the worker measures with ``perf_counter``. The
+receivers make it predictable where it matters: an answer comes at once, after ``PROMPT_REPLY`` or
+``SLOW_REPLY`` seconds, or not within ``WEBHOOK_TIMEOUT``; loopback adds a few milliseconds, so
+latency read at a resolution of ``LATENCY_RESOLUTION_MS`` is the same every run
+(``analytics.deliveries.latency_percentiles(..., resolution_ms=LATENCY_RESOLUTION_MS)``).
+"""

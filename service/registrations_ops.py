@@ -1,0 +1,86 @@
+"""The operator's use cases for waitlist registrations, each written once: list, export, erase.
+
+The admin routes (``service.admin``) and the ``waitlist`` commands (``service.cli``) both call
+these, and every call is one line of the audit trail (``service.audit``). Like
+``service.webhooks.operations``, they raise only the domain errors of ``service.exceptions``.
+
+Erasure removes every registration of an address, whatever its intent, matched by the address's
+identity (``service.db.registrations.email_key``), the same key the waitlist stores it under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from email_validator import EmailNotValidError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.audit import audited
+from service.db import registrations as store
+from service.emails import check_email
+from service.exceptions import invalid
+from service.params import refuse_unknown, whole_number
+
+Document = dict[str, Any]
+Entry = dict[str, Any]
+MAX_PAGE = 10_000  # entries per page of /admin/waitlist: a page of JSON stays a few MB at most
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    limit: int = 1000
+    offset: int = 0
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> Page:
+        """From query parameters (strings); unknown names are refused."""
+        refuse_unknown(args, ("limit", "offset"))
+        return cls(
+            limit=whole_number(args, "limit", 1000, 1, MAX_PAGE),
+            offset=whole_number(args, "offset", 0, 0, 2**62),
+        )
+
+
+def erasure_address(email: str | None) -> str:
+    """The address to erase, trimmed; refused unless the waitlist would have accepted it."""
+    if email is None or not email.strip():
+        raise invalid("email", "missing", "This parameter is required.")
+    address = email.strip()
+    try:
+        check_email(address)
+    except EmailNotValidError:
+        raise invalid("email", "invalid_email", "This is not a valid email address.") from None
+    return address
+
+
+@audited
+@dataclass
+class RegistrationOperations:
+    engine: AsyncEngine
+
+    async def list_registrations(self, page: Page) -> Document:
+        async with self.engine.connect() as conn:
+            entries = await store.list_registrations(conn, limit=page.limit, offset=page.offset)
+        return {"entries": entries}
+
+    async def export_registrations(self, write: Callable[[Entry], object]) -> Document:
+        """Every registration, oldest first, handed to ``write`` one at a time (streamed, so an
+        export of millions stays small)."""
+        count = 0
+        async with self.engine.connect() as conn:
+            async for entry in store.iter_registrations(conn):
+                write(entry)
+                count += 1
+        return {"exported": count}
+
+    async def erase_registrations(self, email: str | None) -> Document:
+        """Delete every registration of the address (right to erasure); how many there were.
+
+        Erasing an address the waitlist does not hold is not an error: it answers 0.
+        """
+        key = store.email_key(erasure_address(email))
+        async with self.engine.begin() as conn:
+            erased = await store.erase_registrations(conn, key)
+        return {"erased": erased}

@@ -1,0 +1,46 @@
+"""The one rule for text the service stores: no NUL, nothing UTF-8 cannot carry.
+
+PostgreSQL refuses NUL in text and UTF-8 has no lone surrogates (JSON can still spell one, as
+``"\\ud800"``), so a value breaking either rule would fail in the database as a server error.
+Registrations, partners, events and admin query parameters are all held to it here, before
+storage, and the client is told which field to fix. What a partner answers is not refused but
+made readable (``readable``): the attempt log keeps an excerpt of it, whatever it held.
+"""
+
+from __future__ import annotations
+
+from pydantic_core import PydanticCustomError
+
+CODE = "invalid_characters"
+NUL_MESSAGE = "This field contains a NUL character."
+NOT_UNICODE_MESSAGE = "This field contains characters that are not valid Unicode."
+# C0 controls (NUL among them), DEL and C1 controls, each shown as U+FFFD.
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "\ufffd")
+
+
+def text_fault(value: str) -> str | None:
+    """Why ``value`` cannot be stored as text, as a sentence for the client; None if it can."""
+    if "\x00" in value:
+        return NUL_MESSAGE
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return NOT_UNICODE_MESSAGE
+    return None
+
+
+def storable(value: str) -> str:
+    """A pydantic validator: ``value`` unchanged, or an ``invalid_characters`` error saying why not."""
+    fault = text_fault(value)
+    if fault is not None:
+        raise PydanticCustomError(CODE, fault)
+    return value
+
+
+def readable(text: str) -> str:
+    """``text`` with every control character (NUL, escape sequences, line breaks) as U+FFFD, and
+    any lone surrogate too: safe to store in either database and to print in a terminal."""
+    cleaned = text.translate(_CONTROLS)
+    if text_fault(cleaned) is None:
+        return cleaned
+    return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in cleaned)

@@ -1,0 +1,84 @@
+"""The circuit breaker of one partner, as plain data and one pure function over it.
+
+A partner failing attempt after attempt (timeouts, refused connections, 5xx) should cost the
+platform as little as possible and be told apart from one that is merely slow today:
+
+- ``failures`` failed attempts in a row open the circuit: the partner's deliveries are held (not
+  attempted, their retry schedules not spent) for ``cooldown`` seconds;
+- then one due delivery goes out as a probe (the circuit is half-open): success closes the circuit
+  and releases the backlog; failure opens it again for twice the last cool-down, at most
+  ``max_cooldown``;
+- a partner failing without a break for ``disable_after`` seconds is disabled; only an admin's
+  resume lifts that.
+
+``after_attempt`` is the whole state machine. Storage reads a partner's state, folds the batch's
+attempts through it in the order they finished, and writes the result back in the same
+transaction (``service.webhooks.outbox.record_attempts``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from service.webhooks.states import Circuit
+
+MAX_COOLDOWN = 3600.0  # seconds: a probe at least once an hour, however long the partner is down
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerPolicy:
+    failures: int = 5
+    cooldown: float = 30.0
+    disable_after: float = 432000.0
+    max_cooldown: float = MAX_COOLDOWN
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerState:
+    consecutive_failures: int = 0
+    failing_since: datetime | None = None
+    open_until: datetime | None = None  # None: closed
+    cooldown: float | None = None  # the current (or last) open period, seconds
+
+
+class Change(StrEnum):
+    """What an attempt did to the circuit, for logs and metrics."""
+
+    OPENED = "opened"
+    REOPENED = "reopened"  # a probe failed
+    CLOSED = "closed"
+    DISABLED = "disabled"
+
+
+def circuit(state: BreakerState, now: datetime) -> Circuit:
+    if state.open_until is None:
+        return Circuit.CLOSED
+    return Circuit.OPEN if state.open_until > now else Circuit.HALF_OPEN
+
+
+def after_attempt(
+    state: BreakerState, *, ok: bool, probe: bool, at: datetime, policy: BreakerPolicy
+) -> tuple[BreakerState, list[Change]]:
+    """The state after one attempt that finished at ``at``, and what changed.
+
+    ``probe`` says the attempt was claimed while the circuit was half-open. Attempts that were
+    already in flight when the circuit opened still count as failures but do not move the
+    cool-down: only a probe's answer does.
+    """
+    if ok:
+        return BreakerState(), [Change.CLOSED] if state.open_until is not None else []
+    failing_since = state.failing_since or at
+    failed = replace(state, consecutive_failures=state.consecutive_failures + 1, failing_since=failing_since)
+    changes: list[Change] = []
+    if probe:
+        cooldown = min(2 * (state.cooldown or policy.cooldown), policy.max_cooldown)
+        failed = replace(failed, open_until=at + timedelta(seconds=cooldown), cooldown=cooldown)
+        changes.append(Change.REOPENED)
+    elif state.open_until is None and failed.consecutive_failures >= policy.failures:
+        failed = replace(failed, open_until=at + timedelta(seconds=policy.cooldown), cooldown=policy.cooldown)
+        changes.append(Change.OPENED)
+    if at - failing_since >= timedelta(seconds=policy.disable_after):
+        changes.append(Change.DISABLED)
+    return failed, changes

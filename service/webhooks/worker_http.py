@@ -1,0 +1,91 @@
+"""The standalone worker's own port: ``/healthz``, ``/readyz`` and ``/metrics``.
+
+``python -m service worker`` serves these on ``--host``/``--port`` (127.0.0.1:8001 by default),
+with aiohttp, which the sender already uses:
+
+- ``/healthz``: 200 while the worker's loop has turned within the last ``stale_after`` seconds,
+  503 once it has not; a supervisor restarts a worker stuck on something that never returns. An
+  idle loop still turns every poll interval, so only a stuck one goes quiet.
+- ``/readyz``: 200 while the database answers, 503 otherwise.
+- ``/metrics``: the worker's own counters (attempts by partner and outcome, attempt durations)
+  and the outbox gauges read at scrape time, in Prometheus text.
+
+The worker tells when its loop last turned through ``Heartbeat``: its ``last_turn`` is
+``time.monotonic()`` at the top of each turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.clock import Clock
+from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, reachable
+from service.metrics import CONTENT_TYPE, Metrics
+from service.webhooks import stats
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8001  # the server's default is 8000
+LIVENESS_TURNS = 5  # poll intervals without a turn before the loop counts as stuck
+# A turn may also wait this long on the database without being stuck: a PostgreSQL connection
+# attempt gives up after its connect timeout, a SQLite write after its busy timeout.
+DATABASE_WAIT = max(POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS / 1000)
+
+
+class Heartbeat(Protocol):
+    last_turn: float  # time.monotonic() when the loop last turned
+
+
+def stale_after(poll_interval: float) -> float:
+    """Seconds without a turn after which the loop is stuck, for a worker polling this often."""
+    return LIVENESS_TURNS * poll_interval + DATABASE_WAIT
+
+
+def create_app(
+    *,
+    heartbeat: Heartbeat,
+    engine: AsyncEngine,
+    metrics: Metrics,
+    clock: Clock,
+    stale_after: float,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> web.Application:
+    async def healthz(request: web.Request) -> web.Response:
+        quiet = round(monotonic() - heartbeat.last_turn, 3)
+        if quiet > stale_after:
+            message = "The delivery loop has not turned recently."
+            return web.json_response({"ok": False, "message": message, "sinceTurn": quiet}, status=503)
+        return web.json_response({"ok": True, "sinceTurn": quiet})
+
+    async def readyz(request: web.Request) -> web.Response:
+        if await reachable(engine):
+            return web.json_response({"ok": True, "database": "up"})
+        body = {"ok": False, "message": "The database is not reachable.", "database": "down"}
+        return web.json_response(body, status=503)
+
+    async def scrape(request: web.Request) -> web.Response:
+        async with engine.connect() as conn:
+            metrics.set_outbox(await stats.outbox_stats(conn), clock())
+        return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", scrape)
+    return app
+
+
+async def start(app: web.Application, host: str, port: int) -> web.AppRunner:
+    """Listen on ``host:port`` (port 0: any free port, see ``runner.addresses``); the caller cleans up."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner

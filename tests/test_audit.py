@@ -1,0 +1,155 @@
+"""The audit trail: one JSON line per admin operation, from the admin API and from the commands."""
+
+from __future__ import annotations
+
+import getpass
+import inspect
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from webhook_helpers import AUTH, Receiver, onboard, publish, room_claimed, settings
+
+from service import audit
+from service.cli import main
+from service.logs import JSONFormatter
+from service.registrations_ops import RegistrationOperations
+from service.webhooks.operations import Operations
+
+SUBJECT_KEYS = ("partner", "delivery", "event", "registration")
+
+
+def audit_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
+    """The audit records so far, each as the JSON object the log line holds."""
+    formatter = JSONFormatter()
+    return [json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"]
+
+
+def trail(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What each line says, without its time."""
+    return [{key: value for key, value in line.items() if key != "time"} for line in lines]
+
+
+@pytest.fixture
+def audit_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    caplog.set_level(logging.INFO, logger="service.audit")
+    return caplog
+
+
+def test_admin_routes_write_one_line_per_operation(make_client: Any, audit_log: pytest.LogCaptureFixture) -> None:
+    """Onboard, rotate-secret, publish, retry and erase over HTTP: one line each, with the client
+    address, the operation, what it acted on and its outcome; never a secret, never a whole address."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url())
+        rotated = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json
+        published = publish(client, room_claimed())
+        client.post(f"/admin/partners/{partner['id']}/retry", headers=AUTH)
+        client.post("/api/waitlist", json={"email": "ada@example.com", "intent": "claim"})
+        client.request("delete", "/admin/waitlist?email=Ada@Example.com", headers=AUTH)
+        missing = client.post("/admin/partners/ptn_missing/retry", headers=AUTH)
+    assert missing.status_code == 404
+    line = {"level": "info", "logger": "service.audit", "message": "admin action", "actor": "127.0.0.1"}
+    assert trail(audit_lines(audit_log)) == [
+        {**line, "operation": "onboard", "partner": partner["id"], "outcome": "ok"},
+        {**line, "operation": "rotate_secret", "partner": partner["id"], "outcome": "ok"},
+        {**line, "operation": "publish", "event": published["eventId"], "outcome": "ok"},
+        {**line, "operation": "retry", "partner": partner["id"], "outcome": "ok"},
+        {**line, "operation": "erase_registrations", "registration": "A***@Example.com", "outcome": "ok"},
+        {**line, "operation": "retry", "partner": "ptn_missing", "outcome": "error", "status": 404},
+    ]
+    text = audit_log.text + "".join(json.dumps(line) for line in audit_lines(audit_log))
+    assert partner["secret"] not in text and rotated["secret"] not in text
+    assert "ada@example.com" not in text.lower()
+
+
+def test_commands_write_one_line_as_the_os_user(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    audit_log: pytest.LogCaptureFixture,
+) -> None:
+    """The same operations run as commands act for `cli:` and the user running them."""
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+    monkeypatch.setenv("SERVICE_WEBHOOK_ALLOW_PRIVATE_URLS", "1")
+    with Receiver() as receiver:
+        assert main(["partners", "add", "--name", "Acme", "--url", receiver.url()]) == 0
+        added = json.loads(capsys.readouterr().out)
+        assert main(["partners", "rotate-secret", added["id"]]) == 0
+        secret = json.loads(capsys.readouterr().out)["secret"]
+        event = tmp_path / "event.json"
+        event.write_text(json.dumps(room_claimed()))
+        assert main(["events", "publish", str(event)]) == 0
+        published = json.loads(capsys.readouterr().out)
+        assert main(["partners", "retry", added["id"]]) == 0
+        assert main(["waitlist", "erase", "--email", "bob@example.org"]) == 0
+        assert main(["waitlist", "erase", "--email", "bob"]) == 1
+    actor = f"cli:{getpass.getuser()}"
+    assert [
+        (line["actor"], line["operation"], {key: line[key] for key in SUBJECT_KEYS if key in line}, line["outcome"])
+        for line in audit_lines(audit_log)
+    ] == [
+        (actor, "onboard", {"partner": added["id"]}, "ok"),
+        (actor, "rotate_secret", {"partner": added["id"]}, "ok"),
+        (actor, "publish", {"event": published["eventId"]}, "ok"),
+        (actor, "retry", {"partner": added["id"]}, "ok"),
+        (actor, "erase_registrations", {"registration": "b***@example.org"}, "ok"),
+        (actor, "erase_registrations", {"registration": "[address]"}, "error"),
+    ]
+    assert audit_lines(audit_log)[-1]["status"] == 400
+    assert added["secret"] not in audit_log.text and secret not in audit_log.text
+
+
+async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogCaptureFixture) -> None:
+    """Only the outermost operation is logged, and outside any adapter the actor is `unknown`."""
+
+    @audit.audited
+    class Example:
+        async def outer(self, partner_id: str) -> dict[str, str]:
+            return await self.inner(partner_id)
+
+        async def inner(self, partner_id: str) -> dict[str, str]:
+            return {"deliveryId": "dlv_1"}
+
+        @audit.unaudited
+        async def scrape(self) -> int:
+            return 1
+
+    assert await Example().outer("ptn_1") == {"deliveryId": "dlv_1"}
+    assert await Example().scrape() == 1
+    assert [
+        (line["actor"], line["operation"], line["partner"], line["delivery"]) for line in audit_lines(audit_log)
+    ] == [("unknown", "outer", "ptn_1", "dlv_1")]
+
+
+@pytest.mark.parametrize("operations", [Operations, RegistrationOperations])
+def test_every_public_operation_is_audited(operations: type) -> None:
+    """Each public coroutine of the operations classes is wrapped, but the marked metrics read."""
+    found = {
+        name: hasattr(method, "__wrapped__")
+        for name, method in vars(operations).items()
+        if not name.startswith("_") and inspect.iscoroutinefunction(method)
+    }
+    assert found and all(wrapped or name == "outbox_stats" for name, wrapped in found.items())
+
+
+def test_the_program_writes_the_trail_on_stderr(sqlite_url: str) -> None:
+    """`python -m service ...` writes its audit line as JSON on stderr, the answer alone on stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "service", "waitlist", "erase", "--email", "ada@example.com"],
+        env={**os.environ, "SERVICE_DATABASE_URL": sqlite_url},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout) == {"erased": 0}
+    [line] = [json.loads(text) for text in done.stderr.splitlines()]
+    assert {key: line[key] for key in ("logger", "actor", "operation", "registration", "outcome")} == {
+        "logger": "service.audit",
+        "actor": f"cli:{getpass.getuser()}",
+        "operation": "erase_registrations",
+        "registration": "a***@example.com",
+        "outcome": "ok",
+    }

@@ -1,0 +1,81 @@
+"""Partners' endpoints on loopback: a clock that moves only when told, receivers that answer from a
+script, and the scenario's endpoints, which check signatures before they answer."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import aiohttp
+import pytest
+
+from service.clock import ManualClock as Clock
+from service.demo import scenario
+from service.demo.receivers import Endpoint, Received, Receiver, Reply
+from service.webhooks import signing
+
+START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+SECRET = "whsec_dGhpcyBpcyBub3QgYSByZWFsIHNlY3JldCwganVzdCBhIHRlc3Q="
+PARTNERS = {spec.name: spec for spec in scenario.PARTNERS}
+
+
+def test_clock_moves_only_forward() -> None:
+    """set and advance move the clock; going back is refused."""
+    clock = Clock(START)
+    clock.advance(90)
+    assert clock() == START + timedelta(seconds=90)
+    clock.set(START + timedelta(hours=1))
+    with pytest.raises(ValueError, match="cannot go back"):
+        clock.set(START)
+
+
+def test_clock_needs_an_aware_start() -> None:
+    """A naive start would be a guess about the zone, so it is refused."""
+    with pytest.raises(ValueError, match="aware"):
+        Clock(datetime(2026, 6, 1))
+
+
+async def test_receiver_answers_from_its_script_and_refuses_while_stopped() -> None:
+    """Requests are answered by the script and recorded; a stopped receiver refuses connections."""
+    clock = Clock(START)
+    receiver = Receiver(clock, lambda received: Reply(503, "busy", {"Retry-After": "9"}))
+    async with receiver, aiohttp.ClientSession() as session:
+        async with session.post(receiver.url, data=b"{}", headers={"X-Test": "1"}) as response:
+            assert (response.status, await response.text()) == (503, "busy")
+            assert response.headers["Retry-After"] == "9"
+        assert [(r.body, r.headers["x-test"], r.at) for r in receiver.received] == [(b"{}", "1", START)]
+        await receiver.stop()
+        with pytest.raises(aiohttp.ClientConnectorError):
+            await session.post(receiver.url, data=b"{}")
+        await receiver.start()  # the same port again
+        async with session.post(receiver.url, data=b"{}") as response:
+            assert response.status == 503
+
+
+def signed(at: datetime, secret: str = SECRET) -> Received:
+    """A delivery of one event as the service signs it, arriving at ``at``."""
+    body = json.dumps({"event": "room.claimed", "eventId": "evt_1"}).encode()
+    headers = signing.signature_headers(
+        event="room.claimed", delivery_id="dlv_1", body=body, secrets=[secret], timestamp=int(at.timestamp())
+    )
+    return Received({name.lower(): value for name, value in headers.items()}, body, at)
+
+
+def test_endpoint_refuses_a_delivery_signed_with_another_secret() -> None:
+    """A signature that does not verify gets 401 and is counted, so the generator can fail on it."""
+    endpoint = Endpoint(PARTNERS[scenario.HEALTHY], seed=1, secret=SECRET)
+    reply = endpoint(signed(START, secret="whsec_b3RoZXI="))
+    assert reply.status == 401
+    assert endpoint.refused == 1
+
+
+@pytest.mark.parametrize("partner", sorted(PARTNERS))
+def test_endpoint_answers_a_genuine_delivery_as_its_partner_would(partner: str) -> None:
+    """A verified delivery is answered as the partner's rules say, the same for the same attempt."""
+    endpoint = Endpoint(PARTNERS[partner], seed=1, secret=SECRET)
+    for at in (START, scenario.GONE_AT + timedelta(hours=1)):
+        reply, *again = [endpoint(signed(at)) for _ in range(3)]
+        assert again == [reply, reply]
+        assert reply.status in {200, 410, 500, 503}
+        assert (reply.status == 410) == (partner == scenario.GONE and at >= scenario.GONE_AT)
+    assert endpoint.refused == 0

@@ -1,0 +1,39 @@
+"""Engines: what a database error may carry into the logs."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from webhook_helpers import AUTH, settings
+
+from service.app import create_app
+from service.settings import Settings
+from tests.conftest import Client
+
+MARKER = "param-leak-marker"  # only ever a statement parameter: it must not reach a log
+
+
+def test_a_database_error_logs_the_statement_without_its_parameters(
+    database_url: str, clock: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A row the database refuses (a duplicate key) is a 500 whose logged error holds no parameters."""
+    app = create_app(
+        Settings(database_url=database_url, **settings()),
+        clock=clock,  # type: ignore[arg-type]
+        ids=lambda prefix: f"{prefix}_always_the_same",
+    )
+    caplog.set_level(logging.ERROR)
+    body = {"name": MARKER, "url": f"http://127.0.0.1:9/{MARKER}"}
+    with Client(app) as client:
+        first = client.post("/admin/partners", json=body, headers=AUTH)
+        second = client.post("/admin/partners", json=body, headers=AUTH)
+    assert (first.status_code, second.status_code) == (201, 500)
+    logged = caplog.text
+    assert [record.getMessage() for record in caplog.records if record.name == "service.errors"] == [
+        "unhandled error"
+    ]
+    assert "INSERT INTO partners" in logged
+    assert "[SQL parameters hidden due to hide_parameters=True]" in logged
+    assert MARKER not in logged
+    assert first.json["secret"] not in logged

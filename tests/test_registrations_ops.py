@@ -1,0 +1,140 @@
+"""Registration erasure: DELETE /admin/waitlist?email=E and `python -m service waitlist erase`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any
+
+import pytest
+
+from service.cli import main
+from service.clock import ManualClock
+from service.db.registrations import email_key
+from service.waitlist import parse_registration
+
+TOKEN = "erasure-admin-token-for-the-erasure-tests"
+AUTH = {"authorization": f"Bearer {TOKEN}"}
+REGISTERED = [
+    {"email": "Ada@Example.com", "intent": "claim", "project": "ADA"},
+    {"email": "ada@example.COM", "intent": "member"},
+    {"email": "ADA@example.com", "intent": "arcade", "message": "gm"},
+    {"email": "bob@example.com", "intent": "claim", "project": "BOB"},
+    {"email": "adam@example.com", "intent": "member"},
+]
+
+
+def _register(client: Any) -> None:
+    for body in REGISTERED:
+        assert client.post("/api/waitlist", json=body).status_code == 200
+
+
+def _emails(client: Any) -> list[tuple[str, str]]:
+    entries = client.get("/admin/waitlist", headers=AUTH).json["entries"]
+    return [(entry["email"], entry["intent"]) for entry in entries]
+
+
+def _erase(client: Any, query: str) -> Any:
+    return client.request("delete", f"/admin/waitlist{query}", headers=AUTH)
+
+
+def test_the_waitlist_and_erasure_use_one_key() -> None:
+    """The key a registration is stored under is the key erasure computes: trimmed, case folded."""
+    registration = parse_registration({"email": "  Ada@Example.COM ", "intent": "claim"}, ManualClock()())
+    assert registration.email_key == email_key(" ADA@example.com") == "ada@example.com"
+
+
+def test_erasure_removes_every_intent_of_the_address_and_nothing_else(
+    make_client: Any, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every registration of the address goes, in any case and any intent; the others and the export stay whole."""
+    with make_client(database_url=database_url, admin_token=TOKEN) as client:
+        _register(client)
+        response = _erase(client, "?email=%20aDa@EXAMPLE.com%20")
+        assert (response.status_code, response.json) == (200, {"erased": 3})
+        assert _emails(client) == [("bob@example.com", "claim"), ("adam@example.com", "member")]
+        again = _erase(client, "?email=ada@example.com")
+        assert (again.status_code, again.json) == (200, {"erased": 0})
+
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["waitlist", "export", "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    table = list(csv.DictReader(io.StringIO(captured.out)))
+    assert [(row["email"], row["intent"], row["project"]) for row in table] == [
+        ("bob@example.com", "claim", "BOB"),
+        ("adam@example.com", "member", ""),
+    ]
+    assert captured.err.strip() == "exported 2 registrations"
+
+
+def test_the_erase_command(
+    make_client: Any, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`waitlist erase --email E` prints {"erased": n}; the JSONL export then lacks only that address."""
+    with make_client(database_url=database_url) as client:
+        _register(client)
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["waitlist", "erase", "--email", "BOB@example.com"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"erased": 1}
+    assert main(["waitlist", "export", "--format", "jsonl"]) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(line["email"], line["intent"]) for line in lines] == [
+        (body["email"], body["intent"]) for body in REGISTERED if body["email"] != "bob@example.com"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("address", "code", "message"),
+    [
+        ("", "missing", "This parameter is required."),
+        ("   ", "missing", "This parameter is required."),
+        ("not-an-address", "invalid_email", "This is not a valid email address."),
+        ("ada@localhost", "invalid_email", "This is not a valid email address."),
+    ],
+)
+def test_the_erase_command_refuses_a_bad_address(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], address: str, code: str, message: str
+) -> None:
+    """A blank or invalid address exits 1 with the error shape naming `email` on stderr."""
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+    assert main(["waitlist", "erase", "--email", address]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert json.loads(captured.err) == {
+        "ok": False,
+        "message": "The request is not valid.",
+        "errors": [{"field": "email", "code": code, "message": message}],
+    }
+
+
+@pytest.mark.parametrize(
+    ("query", "errors"),
+    [
+        ("", [{"field": "email", "code": "missing", "message": "This parameter is required."}]),
+        ("?email=", [{"field": "email", "code": "missing", "message": "This parameter is required."}]),
+        ("?email=ada", [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}]),
+        ("?email=a%00@example.com", [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}]),
+        ("?email=ada@example.com&email=bob@example.com", [{"field": "email", "code": "repeated", "message": "This parameter appears more than once."}]),
+        ("?email=ada@example.com&intent=claim", [{"field": "intent", "code": "unknown_parameter", "message": "This parameter is not accepted."}]),
+    ],
+)
+def test_a_bad_erasure_request_is_400_and_erases_nothing(make_client: Any, query: str, errors: list[dict[str, str]]) -> None:
+    """Missing, blank, invalid or repeated email, or an unknown parameter: 400 naming it, every row kept."""
+    with make_client(admin_token=TOKEN) as client:
+        _register(client)
+        response = _erase(client, query)
+        assert (response.status_code, response.json) == (
+            400,
+            {"ok": False, "message": "The request is not valid.", "errors": errors},
+        )
+        assert len(_emails(client)) == len(REGISTERED)
+
+
+def test_erasure_needs_the_admin_token(make_client: Any) -> None:
+    """Without the bearer token the erasure route answers 401 and erases nothing."""
+    with make_client(admin_token=TOKEN) as client:
+        _register(client)
+        response = client.request("delete", "/admin/waitlist?email=ada@example.com")
+        assert response.status_code == 401
+        assert len(_emails(client)) == len(REGISTERED)

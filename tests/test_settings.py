@@ -1,0 +1,43 @@
+"""Settings: read once, validated before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from service.cli import main
+from service.settings import ADMIN_TOKEN_MIN_LENGTH, Settings
+
+LONG_ENOUGH = "x" * ADMIN_TOKEN_MIN_LENGTH
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        ("short-token", "at least 32 characters (it has 11)"),
+        ("y" * 31, "at least 32 characters (it has 31)"),
+        ("a token with spaces in it, long enough", "printable ASCII without spaces"),
+        ("tökén" * 8, "printable ASCII without spaces"),
+    ],
+)
+def test_a_weak_admin_token_stops_the_start_with_the_reason(token, reason):
+    """A token under 32 characters, or one no header could carry, is refused; the value is not echoed."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(admin_token=token)
+    assert reason in str(caught.value)
+    assert token not in str(caught.value)
+
+
+@pytest.mark.parametrize(("token", "kept"), [(None, None), ("", None), (LONG_ENOUGH, LONG_ENOUGH)])
+def test_an_empty_token_means_unset_and_32_characters_are_enough(token, kept):
+    """Unset or empty leaves admin hidden; a 32-character token is accepted as it is."""
+    assert Settings(admin_token=token).admin_token == kept
+
+
+def test_the_commands_refuse_a_short_token_and_say_why(monkeypatch, capsys):
+    """`python -m service` exits 2 with the reason on stderr, never printing the token itself."""
+    monkeypatch.setenv("SERVICE_ADMIN_TOKEN", "hunter2-hunter2")
+    assert main(["migrate"]) == 2
+    err = capsys.readouterr().err
+    assert "SERVICE_ADMIN_TOKEN must be at least 32 characters (it has 15)" in err
+    assert "hunter2" not in err

@@ -1,0 +1,236 @@
+"""One partner cannot hurt the others: caps, fair claims, circuit breaking, poison-proof bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
+
+from service.db.engine import create_engine
+from service.db.tables import delivery_attempts
+from service.settings import Settings
+from service.webhooks import outbox, partners, sender
+from service.webhooks.partners import NewPartner
+from service.webhooks.worker import Worker
+
+HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt timeout below
+TIMEOUT = 2.0
+
+
+async def _setup(engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int) -> None:
+    async with engine.begin() as conn:
+        for name, url, cap in targets:
+            await partners.create_partner(conn, NewPartner(name, url, None, cap), now=clock())
+    for index in range(events):
+        await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+
+
+@pytest.mark.parametrize("hanging", [1, 10])
+def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock: Any, hanging: int) -> None:
+    """With K partners that never answer in time, a healthy partner still gets every event at once,
+    and each hanging partner holds no more than its cap of attempts."""
+    events = 30
+    config = Settings(database_url=database_url, **settings(receiver_timeout=TIMEOUT))
+    with Receiver(Reply(delay=HANG)) as stuck, Receiver() as healthy:
+
+        async def scenario() -> tuple[bool, int]:
+            engine = create_engine(database_url)
+            stuck_partners = [(f"stuck {n}", stuck.url(f"/p{n}"), None) for n in range(hanging)]
+            await _setup(engine, clock, [("healthy", healthy.url(), None), *stuck_partners], events)
+            worker = Worker(engine, settings=config, clock=clock)
+            await worker.start()
+            try:
+                arrived = await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, TIMEOUT)
+                return arrived, len(stuck.requests)
+            finally:
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        arrived, stuck_requests = asyncio.run(scenario())
+    assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} events"
+    assert len(healthy.requests) == events
+    assert stuck_requests <= config.webhook_max_in_flight * hanging
+
+
+def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock: Any) -> None:
+    """Two workers (two engines, two connections) claiming side by side never exceed a partner's
+    cap together; when the leases end, the cap is free again."""
+    lease = timedelta(seconds=30)
+
+    async def scenario() -> list[int]:
+        engines = [create_engine(database_url) for _ in range(2)]
+        await _setup(engines[0], clock, [("capped", "https://partner.example/hook", 3)], 20)
+
+        async def claim(engine: Any) -> int:
+            async with engine.begin() as conn:
+                jobs = await outbox.claim_due(conn, now=clock(), limit=10, lease=lease, default_cap=8)
+            return len(jobs)
+
+        claimed = []
+        for _ in range(3):
+            claimed.append(sum(await asyncio.gather(*(claim(engine) for engine in engines))))
+        clock.advance(lease.total_seconds())
+        claimed.append(sum(await asyncio.gather(*(claim(engine) for engine in engines))))
+        for engine in engines:
+            await engine.dispose()
+        return claimed
+
+    assert asyncio.run(scenario()) == [3, 0, 0, 3]
+
+
+def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
+    """A partner with a large backlog does not crowd out another: a small claim takes from both."""
+
+    async def scenario() -> list[str]:
+        engine = create_engine(sqlite_url)
+        async with engine.begin() as conn:
+            big = await partners.create_partner(conn, NewPartner("big", "https://big.example/", None), now=clock())
+        for index in range(50):
+            await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+        async with engine.begin() as conn:
+            await partners.create_partner(conn, NewPartner("late", "https://late.example/", None), now=clock())
+        await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
+        async with engine.begin() as conn:
+            jobs = await outbox.claim_due(conn, now=clock(), limit=4, lease=timedelta(seconds=30), default_cap=8)
+        await engine.dispose()
+        return ["big" if job.partner_id == big.id else "late" for job in jobs]
+
+    assert sorted(asyncio.run(scenario())) == ["big", "big", "big", "late"]
+
+
+def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, clock: Any) -> None:
+    """A partner answering with NUL and escape bytes has its excerpt stored as plain text; every
+    other partner keeps receiving."""
+    with Receiver(Reply(503, "bad\x00news\x1b[31m!\r\n")) as hostile, Receiver() as healthy:
+
+        async def scenario() -> list[str | None]:
+            engine = create_engine(database_url)
+            await _setup(engine, clock, [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)], 5)
+            config = Settings(database_url=database_url, **settings())
+            async with Worker(engine, settings=config, clock=clock) as worker:
+                assert await worker.drain() == 10
+            async with engine.connect() as conn:
+                excerpts = (await conn.execute(select(delivery_attempts.c.response_excerpt))).scalars().all()
+            await engine.dispose()
+            return list(excerpts)
+
+        excerpts = asyncio.run(scenario())
+    assert len(healthy.requests) == 5
+    assert sorted(set(excerpts), key=str) == ["bad\ufffdnews\ufffd[31m!\ufffd\ufffd", "ok"]
+
+
+def test_a_row_the_database_refuses_is_stored_without_it(
+    postgres_database: str, clock: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Should an excerpt the database refuses reach the log (here: NUL, cleaning switched off), the
+    batch is split, that attempt is logged without its excerpt, and everyone else's land."""
+    from tests.conftest import _empty_tables
+
+    asyncio.run(_empty_tables(postgres_database))
+    monkeypatch.setattr(sender, "readable", lambda text: text)
+    with Receiver(Reply(503, "nul\x00")) as hostile, Receiver() as healthy:
+
+        async def scenario() -> list[tuple[str | None, str]]:
+            engine = create_engine(postgres_database)
+            await _setup(engine, clock, [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)], 3)
+            config = Settings(database_url=postgres_database, **settings())
+            async with Worker(engine, settings=config, clock=clock) as worker:
+                await worker.drain()
+            async with engine.connect() as conn:
+                rows = await conn.execute(select(delivery_attempts.c.response_excerpt, delivery_attempts.c.outcome))
+                logged = [(excerpt, outcome) for excerpt, outcome in rows]
+            await engine.dispose()
+            return logged
+
+        with caplog.at_level(logging.WARNING, logger="service.webhooks.worker"):
+            logged = asyncio.run(asyncio.wait_for(scenario(), 60))  # never retried forever
+    assert sorted(logged, key=str) == sorted([("ok", "delivered")] * 3 + [(None, "retry")] * 3, key=str)
+    assert sum("without the response excerpt" in record.message for record in caplog.records) == 3
+
+
+def _partner(client: Any, partner_id: str) -> dict[str, Any]:
+    document: dict[str, Any] = client.get(f"/admin/partners/{partner_id}", headers=AUTH).json
+    return document
+
+
+def test_the_circuit_opens_holds_probes_and_closes(
+    make_client: Any, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three failures open the circuit: held deliveries keep their schedule and nothing is sent
+    until the cool-down ends; a failed probe doubles it; a good probe closes it and the backlog goes."""
+    options = settings(webhook_breaker_failures=3, webhook_breaker_cooldown=30, webhook_retry_schedule=(10,) * 8)
+    with Receiver(Reply(500)) as receiver, make_client(**options) as client:
+        partner = onboard(client, receiver.url())
+        for index in range(6):
+            publish(client, room_claimed(f"room-{index}"))
+        with caplog.at_level(logging.WARNING, logger="service.webhooks.worker"):
+            assert drain(client) == 6
+        assert "a partner's circuit opened" in caplog.text
+        shown = _partner(client, partner["id"])
+        assert (shown["circuit"], shown["consecutiveFailures"]) == ("open", 6)
+        assert shown["failingSince"] == "2026-06-29T12:00:00.000000Z"
+
+        clock.advance(10)  # every retry is due, but the circuit is open
+        assert drain(client) == 0
+        clock.advance(20)  # the cool-down is over: one probe, which fails
+        assert _partner(client, partner["id"])["circuit"] == "half-open"
+        assert drain(client) == 1
+        assert _partner(client, partner["id"])["circuit"] == "open"
+        clock.advance(59)
+        assert drain(client) == 0  # the cool-down doubled to 60 s
+        receiver.default = Reply()
+        clock.advance(1)
+        assert drain(client) == 6  # the probe succeeds, and the held five follow
+        shown = _partner(client, partner["id"])
+        assert (shown["circuit"], shown["consecutiveFailures"], shown["failingSince"]) == ("closed", 0, None)
+        assert {delivery["status"] for delivery in deliveries(client)} == {"delivered"}
+        # No delivery spent more of its schedule than the attempts really made.
+        assert sorted(len(delivery["attempts"]) for delivery in deliveries(client)) == [2, 2, 2, 2, 2, 3]
+    assert len(receiver.requests) == 6 + 1 + 6
+
+
+def test_a_partner_failing_for_too_long_is_disabled_until_resumed(
+    make_client: Any, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Failing without a break for SERVICE_WEBHOOK_DISABLE_AFTER disables the partner (a warning says
+    so); deliveries wait; resume lifts it and they go out."""
+    options = settings(
+        webhook_breaker_failures=1, webhook_breaker_cooldown=30, webhook_disable_after=100,
+        webhook_retry_schedule=(10,) * 20,
+    )  # fmt: skip
+    with Receiver(Reply(500)) as receiver, make_client(**options) as client:
+        partner = onboard(client, receiver.url())
+        publish(client, room_claimed())
+        with caplog.at_level(logging.WARNING, logger="service.webhooks.worker"):
+            for _ in range(12):  # probes at 30 s, 90 s, 210 s: the last is past disable_after
+                drain(client)
+                clock.advance(30)
+        assert "a partner was disabled" in caplog.text
+        shown = _partner(client, partner["id"])
+        assert shown["status"] == "disabled"
+        sent = len(receiver.requests)
+        clock.advance(3600)
+        assert drain(client) == 0 and len(receiver.requests) == sent
+        receiver.default = Reply()
+        resumed = client.post(f"/admin/partners/{partner['id']}/resume", headers=AUTH).json
+        assert (resumed["status"], resumed["circuit"], resumed["consecutiveFailures"]) == ("active", "closed", 0)
+        assert drain(client) == 1
+        assert [delivery["status"] for delivery in deliveries(client)] == ["delivered"]
+
+
+def test_a_delivery_ending_failed_is_a_warning_and_a_metric(make_client: Any, clock: Any, caplog: Any) -> None:
+    """When the schedule is spent the operator hears of it: a WARNING line and a counter by partner."""
+    with Receiver(Reply(500)) as receiver, make_client(**settings(webhook_retry_schedule=())) as client:
+        partner = onboard(client, receiver.url())
+        publish(client, room_claimed())
+        with caplog.at_level(logging.WARNING, logger="service.webhooks.worker"):
+            assert drain(client) == 1
+        [line] = [record for record in caplog.records if record.message == "webhook delivery failed for good"]
+        assert line.levelno == logging.WARNING and line.partner == partner["id"]  # type: ignore[attr-defined]
+        text = client.get("/admin/metrics", headers=AUTH).text
+        assert f'service_webhook_deliveries_failed_total{{partner="{partner["id"]}"}} 1.0' in text

@@ -1,0 +1,140 @@
+"""The standalone worker's port: /healthz from its loop's turns, /readyz from the database, /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from webhook_helpers import Receiver, onboard, publish, room_claimed, settings
+
+from service.clock import ManualClock
+from service.db.engine import create_engine
+from service.metrics import Metrics
+from service.webhooks import worker_http
+
+UNREACHABLE = "postgresql://nobody@127.0.0.1:9/none"  # a closed port: refused at once
+
+
+@dataclass
+class Beat:
+    """A loop that last turned at ``last_turn`` (monotonic seconds)."""
+
+    last_turn: float
+
+
+class Monotonic:
+    """A monotonic clock the test sets."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@asynccontextmanager
+async def serving(
+    database_url: str, clock: ManualClock, *, heartbeat: Beat | None = None,
+    monotonic: Callable[[], float] | None = None, metrics: Metrics | None = None,
+) -> AsyncIterator[Callable[[str], Any]]:
+    """The worker's app on a free loopback port; yields ``get(path) -> (status, body)``."""
+    engine = create_engine(database_url)
+    app = worker_http.create_app(
+        heartbeat=heartbeat or Beat(100.0),
+        engine=engine,
+        metrics=metrics or Metrics(),
+        clock=clock,
+        stale_after=worker_http.stale_after(1.0),
+        monotonic=monotonic or Monotonic(100.0),
+    )
+    runner = await worker_http.start(app, "127.0.0.1", 0)
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session:
+
+            async def get(path: str) -> tuple[int, Any, str]:
+                async with session.get(f"http://{host}:{port}{path}") as response:
+                    text = await response.text()
+                    body = await response.json() if response.content_type == "application/json" else text
+                    return response.status, body, response.headers["Content-Type"]
+
+            yield get
+    finally:
+        await runner.cleanup()
+        await engine.dispose()
+
+
+@pytest.mark.parametrize(
+    ("quiet", "status", "body"),
+    [
+        (0.25, 200, {"ok": True, "sinceTurn": 0.25}),
+        (15.0, 200, {"ok": True, "sinceTurn": 15.0}),  # five poll intervals and one database wait
+        (15.5, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 15.5}),
+        (3600.0, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 3600.0}),
+    ],
+)
+async def test_healthz_follows_the_loops_turns(sqlite_url: str, clock: ManualClock, quiet: float, status: int, body: Any) -> None:
+    """Alive while the loop turned within the last few poll intervals; 503 once it is stuck."""
+    monotonic = Monotonic(1000.0)
+    async with serving(sqlite_url, clock, heartbeat=Beat(1000.0 - quiet), monotonic=monotonic) as get:
+        answer = await get("/healthz")
+    assert answer[:2] == (status, body)
+
+
+async def test_a_stuck_loop_is_seen_without_waiting(sqlite_url: str, clock: ManualClock) -> None:
+    """The same worker goes from alive to stuck as the monotonic clock moves past the window."""
+    beat, monotonic = Beat(50.0), Monotonic(50.0)
+    async with serving(sqlite_url, clock, heartbeat=beat, monotonic=monotonic) as get:
+        assert (await get("/healthz"))[0] == 200
+        monotonic.now += worker_http.stale_after(1.0) + 0.001
+        assert (await get("/healthz"))[0] == 503
+        beat.last_turn = monotonic.now  # it turned again
+        assert (await get("/healthz"))[0] == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "status", "body"),
+    [
+        (None, 200, {"ok": True, "database": "up"}),
+        (UNREACHABLE, 503, {"ok": False, "message": "The database is not reachable.", "database": "down"}),
+    ],
+)
+async def test_readyz_is_the_databases(sqlite_url: str, clock: ManualClock, url: str | None, status: int, body: Any) -> None:
+    """Ready while the database answers, 503 when it cannot be reached."""
+    async with serving(url or sqlite_url, clock) as get:
+        answer = await get("/readyz")
+    assert answer[:2] == (status, body)
+
+
+def test_metrics_carry_attempts_by_partner_and_the_outbox(make_client: Any, database_url: str, clock: ManualClock) -> None:
+    """Prometheus text: the worker's attempts by partner and outcome, and what waits per partner."""
+    with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        partner = onboard(client, receiver.url())
+        publish(client, room_claimed())
+    asyncio.run(_scrape_and_check(database_url, clock, partner["id"]))
+
+
+async def _scrape_and_check(database_url: str, clock: ManualClock, partner_id: str) -> None:
+    metrics = Metrics()
+    metrics.inc(metrics.delivery_attempts, partner_id, "retry")
+    metrics.inc(metrics.delivery_attempts, partner_id, "delivered")
+    clock.advance(30)
+    async with serving(database_url, clock, metrics=metrics) as get:
+        status, text, content_type = await get("/metrics")
+    assert status == 200 and content_type.startswith("text/plain; version=0.0.4")
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+    assert samples[("service_webhook_attempts_total", (("outcome", "retry"), ("partner", partner_id)))] == 1.0
+    assert samples[("service_webhook_attempts_total", (("outcome", "delivered"), ("partner", partner_id)))] == 1.0
+    assert samples[("service_webhook_deliveries_waiting", (("partner", partner_id),))] == 1.0
+    assert samples[("service_webhook_oldest_waiting_seconds", (("partner", partner_id),))] == 30.0
+    assert samples[("service_webhook_queue_depth", (("status", "pending"),))] == 1.0
