@@ -7,7 +7,9 @@ connection dropped without an answer, or a hang past ``SERVICE_WEBHOOK_TIMEOUT``
 never more than ``max_failures`` times for one delivery, so the retry schedule always has room left.
 Events are published while delivery runs (two with ``python -m service events publish``, the rest
 through ``POST /admin/events`` with their own eventIds, repeated until answered, so a publish cut
-off by a kill is simply repeated). At seeded points the delivery workers are SIGKILLed and restarted:
+off by a kill is simply repeated). At seeded points of the publishing the delivery workers are
+SIGKILLed and restarted; the publishing waits there until the restart is done, so every kill lands
+with events still to come, however long a restart takes on a loaded machine:
 
 - SQLite: the server's in-process worker (``serve``), so the whole server dies and comes back;
 - PostgreSQL: two ``python -m service worker`` processes beside a ``serve --no-worker``, killed in
@@ -135,7 +137,12 @@ def _event_id(body: bytes) -> str:
 
 
 class Publisher:
-    """Publishes the events through the admin API on a thread, repeating each until answered."""
+    """Publishes the events through the admin API on a thread, repeating each until answered.
+
+    It publishes only as far as the drill has allowed (``allow``): the drill holds it back at each
+    kill, so events are still to come after every restart and each kill lands mid-run, however
+    long a restart takes on a loaded machine.
+    """
 
     def __init__(self, base_url: str, events: list[dict[str, Any]], spread: float, deadline: float) -> None:
         self.base_url = base_url
@@ -145,6 +152,7 @@ class Publisher:
         self.published: list[str] = []
         self.repeated = 0  # events whose publish had to be sent again: the server was down
         self.error: str | None = None
+        self._allowed = 0
         self._changed = threading.Condition()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -153,8 +161,16 @@ class Publisher:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.deadline = min(self.deadline, time.monotonic())
+        with self._changed:
+            self.deadline = min(self.deadline, time.monotonic())
+            self._changed.notify_all()
         self._thread.join(15)
+
+    def allow(self, count: int) -> None:
+        """Let the publishing go on up to ``count`` events."""
+        with self._changed:
+            self._allowed = max(self._allowed, count)
+            self._changed.notify_all()
 
     def join(self, timeout: float) -> None:
         self._thread.join(max(0.0, timeout))
@@ -175,11 +191,26 @@ class Publisher:
         except Exception as error:  # whatever it is, the drill must hear of it
             self._fail(f"publishing failed: {error!r}")
 
+    def _wait_allowed(self, index: int) -> bool:
+        with self._changed:
+            while index >= self._allowed:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
     def _publish_all(self) -> None:
-        start = time.monotonic()
         with httpx.Client(base_url=self.base_url, headers=AUTH, timeout=10) as client:
+            paced_from, paced_index = time.monotonic(), 0
             for index, event in enumerate(self.events):
-                time.sleep(max(0.0, start + index * self.interval - time.monotonic()))  # the pace
+                if index >= self._allowed:
+                    if not self._wait_allowed(index):
+                        self._fail(f"published {len(self.published)} of {len(self.events)} by the deadline")
+                        return
+                    paced_from, paced_index = time.monotonic(), index  # the pace resumes from here
+                pace = paced_from + (index - paced_index) * self.interval
+                time.sleep(max(0.0, pace - time.monotonic()))
                 tries = 0
                 while True:
                     if time.monotonic() > self.deadline:
@@ -283,6 +314,7 @@ class Drill:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.secrets: dict[str, str] = {}  # receiver path -> partner secret
         self.kills = self.restarts = self.admin_retries = 0
+        self.publishers: tuple[Publisher, CliPublisher] | None = None  # reported even after a failure
 
     @property
     def expected(self) -> int:
@@ -335,25 +367,29 @@ class Drill:
         """Publish (CLI and admin API at once) while killing at seeded points of the publishing."""
         publisher = Publisher(self.base_url, events[CLI_EVENTS:], self.plan.publish_over, deadline)
         by_cli = CliPublisher(self.children, self.settings, events[:CLI_EVENTS])
+        self.publishers = publisher, by_cli
         receiver, rng = self.receiver, random.Random(self.plan.seed)
-        progress = 0  # deliveries accepted at the last restart
+        progress = 0  # deliveries accepted when the last kill began
+        target = 0
         with publisher, by_cli:
             for number in range(1, self.plan.kills + 1):
-                # Each kill lands while events are still being published and after a delivery since
-                # the last restart, so deliveries are in flight when it does.
+                # Each kill lands while events are still to be published (the publisher waits at
+                # the target until the restart is done) and after a delivery since the last kill,
+                # so deliveries are in flight when it does.
                 share = (number - 0.5 + rng.uniform(-0.3, 0.3)) / self.plan.kills
-                target = int(len(publisher.events) * share)
+                target = min(len(publisher.events) - 1, max(target + 1, int(len(publisher.events) * share)))
+                publisher.allow(target)
                 if not publisher.wait_published(target, deadline - time.monotonic()):
                     raise DrillDeadline(
                         publisher.error or f"{len(publisher.published)} published by kill {number}"
                     )
                 if not receiver.wait_accepted(progress + 1, deadline - time.monotonic()):
-                    raise DrillDeadline(f"nothing delivered after restart {number - 1}")
-                accepted = f"{len(receiver.accepted)}/{self.expected}"
-                state = f"{len(publisher.published)} published, {accepted} accepted"
+                    raise DrillDeadline(f"nothing delivered since kill {number - 1}")
+                progress = len(receiver.accepted)
+                state = f"{len(publisher.published)} published, {progress}/{self.expected} accepted"
                 victims = self.kill(number)
                 self.report.say(f"SIGKILL {number}/{self.plan.kills} to {victims} ({state}); restarted")
-                progress = len(receiver.accepted)
+            publisher.allow(len(publisher.events))
             publisher.join(deadline - time.monotonic())
         if publisher.error or by_cli.error:
             raise DrillDeadline(publisher.error or by_cli.error or "")
@@ -392,8 +428,6 @@ def run(kind: str, workdir: Path, plan: Plan, postgres: str | None = None) -> Re
     report = Report(DRILL, kind)
     deadline = time.monotonic() + plan.deadline
     events = _events(plan.events)
-    published: list[str] = []
-    repeated = 0
     with (
         stores.database(kind, workdir, postgres) as url,
         FlakyReceiver(plan) as receiver,
@@ -403,12 +437,14 @@ def run(kind: str, workdir: Path, plan: Plan, postgres: str | None = None) -> Re
         try:
             drill.start()
             report.say("server, workers and partners ready; publishing")
-            publisher, by_cli = drill.publish_and_kill(events, deadline)
-            published, repeated = by_cli.published + publisher.published, publisher.repeated
+            drill.publish_and_kill(events, deadline)
             drill.settle(deadline)
             drill.stop()
         except (DrillDeadline, RuntimeError, httpx.HTTPError) as error:
             report.problems.append(f"deadline of {plan.deadline:.0f} s or a failed step: {error}")
+        publisher, by_cli = drill.publishers or (None, None)
+        published = (by_cli.published if by_cli else []) + (publisher.published if publisher else [])
+        repeated = publisher.repeated if publisher else 0
         states = stores.delivery_states(url)
         outcomes = stores.attempt_outcomes(url)
         logged = stores.logged_attempts(url)
