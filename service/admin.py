@@ -1,9 +1,10 @@
 """Admin routes and the guard in front of every ``/admin`` path.
 
 With ``SERVICE_ADMIN_TOKEN`` set, every request whose path is under ``/admin`` must carry it as a
-bearer token, whatever its path or method: the guard runs before routing, so an unknown path or
-a wrong method answers 401 like any other, and nothing (404 against 405, an ``Allow`` header)
-maps the routes to a client without the token. Without a token the whole prefix answers 404.
+bearer token, whatever its path or method: every admin route checks it first, and what routing
+refuses (an unknown path, a wrong method) checks it before answering, so an unknown path or a
+wrong method answers 401 like any other, and nothing (404 against 405, an ``Allow`` header) maps
+the routes to a client without the token. Without a token the whole prefix answers 404.
 Failed attempts are counted per client on the rate-limit storage; a client over the limit is
 answered 429, even with the right token, until its window frees a slot.
 
@@ -26,7 +27,8 @@ from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from sanic import Blueprint, HTTPResponse, Request, Sanic
 from sanic.response import json as json_response
 from sanic.response import raw
-from sanic.signals import Event
+from sanic.exceptions import MethodNotAllowed, SanicException
+from sanic.exceptions import NotFound as SanicNotFound
 
 from service import audit
 from service.errors import (
@@ -37,6 +39,7 @@ from service.errors import (
     TooManyRequests,
     Unauthorized,
 )
+from service.handlers import error_response
 from service.metrics import CONTENT_TYPE
 from service.params import refuse_unknown
 from service.registrations_ops import Page, RegistrationOperations
@@ -91,7 +94,7 @@ def _token_matches(request: Request, expected: str) -> bool:
 async def check_token(request: Request) -> None:
     """Let the request through, or raise 404 (no token configured), 429 (too many failures) or 401."""
     if getattr(request.ctx, "admin", False):
-        return  # already checked before routing
+        return  # already checked for this request
     expected: str | None = request.app.ctx.settings.admin_token
     if not expected:
         raise NotFound()
@@ -116,13 +119,23 @@ async def check_token(request: Request) -> None:
 
 
 def guard(app: Sanic[Any, Any]) -> None:
-    """Check every ``/admin`` request before routing, so unknown paths and methods answer alike."""
+    """Answer unknown ``/admin`` paths and wrong methods like any request without the token.
 
-    async def before_routing(request: Request) -> None:
+    The admin blueprints check the token on every route they have (``admin_blueprint``); what
+    routing refuses (404, 405 with its ``Allow``) reaches this handler instead, which checks the
+    token first, so a client without it learns nothing about which routes exist. Only refused
+    requests pay for this: a signal before routing would cost every request of the service.
+    """
+
+    async def unrouted(request: Request, exception: SanicException) -> HTTPResponse:
         if is_admin_path(request.path):
-            await check_token(request)
+            try:
+                await check_token(request)
+            except SanicException as refused:  # 404 (no token configured), 401, 429, 503
+                return error_response(request, refused)
+        return error_response(request, exception)
 
-    app.signal(Event.HTTP_ROUTING_BEFORE)(before_routing)
+    app.exception(SanicNotFound, MethodNotAllowed)(unrouted)
 
 
 def record_actor(request: Request) -> None:
@@ -133,7 +146,6 @@ def record_actor(request: Request) -> None:
 def admin_blueprint(name: str) -> Blueprint:
     """A blueprint under /admin whose every route demands the bearer token."""
     bp = Blueprint(name, url_prefix=PREFIX)
-    # The guard already ran for these paths; this holds should a route ever be reached otherwise.
     bp.on_request(check_token, priority=100)
     bp.on_request(record_actor, priority=99)
     return bp
