@@ -87,11 +87,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
     from service.app import create_app
 
+    load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
     settings = serve_settings(settings, args.host, args.port)
-    load_keyring(settings)  # no key on PostgreSQL: refused before anything changes
     migrate(settings.database_url)
     factory = partial(
         create_app,

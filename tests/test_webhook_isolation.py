@@ -15,11 +15,11 @@ from webhook_helpers import (
     Reply,
     deliveries,
     drain,
+    fixed_keyring,
     onboard,
     publish,
     room_claimed,
     settings,
-    fixed_keyring,
 )
 
 from service.db.engine import create_engine

@@ -172,8 +172,8 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
     from service.db.engine import migrate
 
+    load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     logs.configure()  # JSON lines on stderr, like serve
-    load_keyring(settings)  # no key on PostgreSQL: refused before anything changes
     migrate(settings.database_url)
     return asyncio.run(_work(settings, args))
 

@@ -72,10 +72,11 @@ def _registrations() -> sa.TableClause:
     )
 
 
-def _move_secrets() -> None:
+def _partner_secrets() -> list[dict[str, Any]]:
+    """Each partner's secrets as rows of ``partner_secrets``, read before the columns go."""
     bind = op.get_bind()
     now = datetime.now(UTC)
-    partners, secrets = _partners(), _secrets()
+    partners = _partners()
     rows: list[dict[str, Any]] = []
     for row in bind.execute(sa.select(partners)):
         expires = row.previous_secret_expires_at
@@ -87,8 +88,7 @@ def _move_secrets() -> None:
         rows.append(
             {"partner_id": row.id, "secret": row.secret, "created_at": row.updated_at, "expires_at": None}
         )
-    if rows:  # the previous secret first: ids grow with age, as rotations make them
-        bind.execute(secrets.insert(), rows)
+    return rows  # the previous secret first: ids grow with age, as rotations make them
 
 
 def _rekey_registrations() -> None:
@@ -122,6 +122,13 @@ def _rekey_registrations() -> None:
 
 
 def upgrade() -> None:
+    moving = _partner_secrets()
+    # The columns go first: on SQLite dropping them rebuilds the partners table, and dropping the
+    # old table would cascade to partner_secrets rows already there.
+    with op.batch_alter_table("partners", schema=None) as batch_op:
+        batch_op.drop_column("previous_secret_expires_at")
+        batch_op.drop_column("previous_secret")
+        batch_op.drop_column("secret")
     op.create_table(
         "partner_secrets",
         sa.Column("id", sa.Integer().with_variant(sa.BigInteger(), "postgresql"), nullable=False),
@@ -140,11 +147,8 @@ def upgrade() -> None:
     op.create_index(
         op.f("ix_partner_secrets_partner_id"), "partner_secrets", ["partner_id"], unique=False
     )
-    _move_secrets()
-    with op.batch_alter_table("partners", schema=None) as batch_op:
-        batch_op.drop_column("previous_secret_expires_at")
-        batch_op.drop_column("previous_secret")
-        batch_op.drop_column("secret")
+    if moving:
+        op.get_bind().execute(_secrets().insert(), moving)
     _rekey_registrations()
 
 
