@@ -82,8 +82,12 @@ def _partner_secrets() -> list[dict[str, Any]]:
         expires = row.previous_secret_expires_at
         if row.previous_secret and expires is not None and expires > now:
             rows.append(
-                {"partner_id": row.id, "secret": row.previous_secret, "created_at": row.created_at,
-                 "expires_at": expires}
+                {
+                    "partner_id": row.id,
+                    "secret": row.previous_secret,
+                    "created_at": row.created_at,
+                    "expires_at": expires,
+                }
             )
         rows.append(
             {"partner_id": row.id, "secret": row.secret, "created_at": row.updated_at, "expires_at": None}
@@ -144,9 +148,7 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_partner_secrets")),
     )
-    op.create_index(
-        op.f("ix_partner_secrets_partner_id"), "partner_secrets", ["partner_id"], unique=False
-    )
+    op.create_index(op.f("ix_partner_secrets_partner_id"), "partner_secrets", ["partner_id"], unique=False)
     if moving:
         op.get_bind().execute(_secrets().insert(), moving)
     _rekey_registrations()
