@@ -376,7 +376,17 @@ class RateLimiter:
     async def hit(self, address: str) -> int | None:
         """Count one request from ``address``; the seconds to wait when it is over a limit (its
         client's, or the global one), else None."""
-        wait = await self._hit(self.items, self.scope, client_key(address, self.ipv6_prefix))
+        client = client_key(address, self.ipv6_prefix)
+        counters = self._counters
+        if counters is not None and not self.global_items:
+            # In process and per client only (the default): no coroutine between the route and
+            # the counters, as every registration pays for it.
+            for item in self.items:
+                if not counters.acquire(item.key_for(self.scope, client), item.amount, item.get_expiry()):
+                    stats = await self.strategy.get_window_stats(item, self.scope, client)
+                    return max(1, math.ceil(stats.reset_time - time.time()))
+            return None
+        wait = await self._hit(self.items, self.scope, client)
         if wait is None and self.global_items:
             wait = await self._hit(self.global_items, self.global_scope, GLOBAL_CLIENT)
         return wait
