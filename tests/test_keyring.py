@@ -111,7 +111,9 @@ def test_signing_is_unchanged_after_a_key_rotation_and_re_encryption(
 
         monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_A)
         code, _, err = _run(capsys, "partners", "test", added["id"])
-        assert code == 1 and "no longer lists" in err
+        assert code == 1 and "no longer lists" in json.loads(err)["message"]
+        code, _, err = _run(capsys, "secrets", "re-encrypt")
+        assert code == 1 and "no longer lists" in json.loads(err)["message"]
         for value in (added["secret"], rotated["secret"]):
             assert value not in err
 
@@ -208,3 +210,41 @@ def test_a_directory_shared_with_other_files_keeps_its_mode(tmp_path: Path) -> N
     migrate(f"sqlite:///{tmp_path / 'service.db'}")
     assert _mode(tmp_path) == 0o755
     assert _mode(tmp_path / "service.db") == 0o600
+
+
+def test_a_partner_whose_secret_no_key_opens_waits_and_the_others_are_delivered(
+    make_client: Any, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A secret sealed under a key since dropped holds back its own partner's deliveries (an error
+    line names the partner), never anyone else's; with the key back, they go out."""
+    from webhook_helpers import drain, publish, room_claimed
+
+    with Receiver() as receiver, make_client(**settings(secrets_key=KEY_A)) as client:
+        lost = onboard(client, receiver.url("/lost"))
+        kept = onboard(client, receiver.url("/kept"))
+
+        async def reseal_lost_under_b() -> None:
+            from sqlalchemy import update
+
+            other = parse_keys(KEY_B)
+            async with client.app.ctx.engine.begin() as conn:
+                await conn.execute(
+                    update(partner_secrets)
+                    .where(partner_secrets.c.partner_id == lost["id"])
+                    .values(secret=other.seal(lost["secret"]))
+                )
+
+        client.run(reseal_lost_under_b())
+        publish(client, room_claimed())
+        drain(client)
+        assert [request.path for request in receiver.requests] == ["/kept"]
+        assert any(
+            record.message.startswith("partner secret unreadable") and record.partner == lost["id"]
+            for record in caplog.records
+        )
+        client.app.ctx.keyring = parse_keys(f"{KEY_A},{KEY_B}")
+        clock.advance(60)  # past the lease of the claim that could not sign
+        drain(client)
+        assert sorted(request.path for request in receiver.requests) == ["/kept", "/lost"]
+        verify(receiver.to("/lost")[0].headers, receiver.to("/lost")[0].body, lost["secret"], now=clock().timestamp())
+        assert kept["secret"] not in caplog.text and lost["secret"] not in caplog.text

@@ -22,9 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit import audited, reports, unaudited
 from service.clock import Clock, format_timestamp
-from service.exceptions import UnknownResource, invalid
+from service.exceptions import StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
-from service.keyring import Keyring, load_keyring
+from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.webhooks import outbox, partners, stats
@@ -101,6 +101,14 @@ def test_result(delivery: TestDelivery) -> Document:
     }
 
 
+UNREADABLE = (
+    "The partner's secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; add that "
+    "key again, or rotate the secret."
+)
+UNREADABLE_STORE = (
+    "A stored partner secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; list "
+    "that key after the newest and run this again."
+)
 MAX_OVERLAP_SECONDS = 30 * 86400  # a month: longer than any verifier rollout needs
 
 
@@ -197,7 +205,12 @@ class Operations:
             partner = await partners.get_partner(conn, partner_id)
             if partner is None:
                 raise unknown_partner()
-            secrets = await partners.live_secrets(conn, partner_id, now=self.clock(), keyring=self._keyring)
+            try:
+                secrets = await partners.live_secrets(
+                    conn, partner_id, now=self.clock(), keyring=self._keyring
+                )
+            except UnreadableSecret:
+                raise StateConflict(UNREADABLE) from None
         delivery = await send_test(self.sender, partner_id=partner.id, url=partner.url, secrets=secrets)
         return test_result(delivery)
 
@@ -217,7 +230,10 @@ class Operations:
     async def reencrypt_secrets(self) -> Document:
         """Seal every partner secret under the newest key of ``SERVICE_SECRETS_KEY``."""
         async with self.engine.begin() as conn:
-            count = await partners.reseal_secrets(conn, self._keyring)
+            try:
+                count = await partners.reseal_secrets(conn, self._keyring)
+            except UnreadableSecret:
+                raise StateConflict(UNREADABLE_STORE) from None
             expired = await partners.delete_expired_secrets(conn, now=self.clock())
         return {"reencrypted": count, "expiredDeleted": expired, "keys": self._keyring.keys}
 

@@ -19,6 +19,7 @@ Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -47,11 +48,13 @@ from service.db.tables import UTCDateTime, deliveries, delivery_attempts, events
 from service.events import EventPayload, dedupe_key, dump_payload, parse_event
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
-from service.keyring import Keyring
+from service.keyring import Keyring, UnreadableSecret
 from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.notify import notify
 from service.webhooks.partners import ACTIVE, DISABLED, PAUSED, pause_many
 from service.webhooks.states import CLAIMABLE, STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
+
+log = logging.getLogger(__name__)
 
 PENDING = DeliveryStatus.PENDING
 DELIVERING = DeliveryStatus.DELIVERING
@@ -311,14 +314,23 @@ _CLAIMED_SECRETS = (
 async def _claimed_secrets(
     conn: AsyncConnection, *, token: str, until: datetime, now: datetime, keyring: Keyring
 ) -> dict[str, tuple[str, ...]]:
-    """Partner id -> its live secrets, opened, newest first; expired ones found are deleted."""
+    """Partner id -> its live secrets, opened, newest first; expired ones found are deleted.
+
+    A secret no configured key opens (its key was dropped from ``SERVICE_SECRETS_KEY`` too soon) is
+    left out with an error line; a partner left with none is absent from the answer.
+    """
     found: dict[str, list[str]] = {}
     expired: list[int] = []
     for row in await conn.execute(_CLAIMED_SECRETS, {"b_until": until, "b_token": token}):
         if row.expires_at is not None and row.expires_at <= now:
             expired.append(row.id)
-        else:
-            found.setdefault(row.partner_id, []).append(keyring.open(row.secret))
+            continue
+        try:
+            secret = keyring.open(row.secret)
+        except UnreadableSecret as error:
+            log.error("partner secret unreadable: %s", error, extra={"partner": row.partner_id})
+            continue
+        found.setdefault(row.partner_id, []).append(secret)
     if expired:  # rare: once per secret, the first claim after its overlap ended
         await conn.execute(delete(partner_secrets).where(partner_secrets.c.id.in_(expired)))
     return {partner_id: tuple(secrets) for partner_id, secrets in found.items()}
@@ -352,6 +364,10 @@ async def claim_due(
     signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
     jobs = []
     for row in rows:
+        if row.partner_id not in signing:
+            # Nothing to sign with (see _claimed_secrets): left claimed, it is due again when the
+            # lease ends, and goes out once the key is back in SERVICE_SECRETS_KEY.
+            continue
         jobs.append(
             Job(
                 row.id,
@@ -361,7 +377,7 @@ async def claim_due(
                 row.url,
                 row.payload.encode(),
                 row.attempts + 1,
-                signing.get(row.partner_id, ()),
+                signing[row.partner_id],
                 token,
                 until,
                 row.circuit_open_until is not None,
