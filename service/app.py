@@ -7,6 +7,7 @@ Long-lived things (database engine, group-commit writer, rate limiter) open in
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -36,6 +37,7 @@ from service.webhooks.partners import seal_plaintext
 from service.webhooks.ssrf import Resolve, system_resolve
 
 App = Sanic[Config, "Context"]
+log = logging.getLogger(__name__)
 _names = itertools.count()
 
 
@@ -111,8 +113,11 @@ def create_app(
     async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
         ctx.engine = create_engine(settings.database_url)
-        async with ctx.engine.begin() as conn:  # what migration 0005 moved in plaintext
-            await seal_plaintext(conn, ctx.keyring)
+        try:
+            async with ctx.engine.begin() as conn:  # what migration 0005 moved in plaintext
+                await seal_plaintext(conn, ctx.keyring)
+        except Exception:  # the database is down: serve anyway (/readyz says so), seal next start
+            log.warning("could not check for partner secrets stored in plaintext", exc_info=True)
         ctx.limiter = RateLimiter(settings)
         ctx.limiter.start()
         ctx.admin_attempts = admin.FailedAttempts(ctx.limiter.storage)
