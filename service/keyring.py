@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -100,26 +101,30 @@ def key_file(database_url: str) -> Path | None:
 
 
 def _read_or_make(path: Path) -> str:
-    """The key in ``path``, made first if there is none: created with ``O_EXCL`` and mode 0600, so
-    of two processes starting together one writes it and the other reads that one."""
+    """The key in ``path``, made first if there is none.
+
+    A new key is written whole to a file of this caller's own (``mkstemp``: ``O_EXCL``, mode
+    0600), then linked to ``path``, which fails if ``path`` exists: of two processes starting
+    together one key wins, and no process ever reads a key file half written.
+    """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    key = Fernet.generate_key()
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
-    except FileExistsError:
-        # Made by another process that may still be writing it: a key is 44 characters.
-        for _ in range(1000):
-            text = path.read_text(encoding="ascii").strip()
-            if text:
-                return text
-            os.sched_yield()
-        raise KeyringError(f"the key file {path} is empty") from None
-    try:
-        os.write(descriptor, key + b"\n")
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-    return key.decode("ascii")
+    if not path.exists():
+        descriptor, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".new", dir=path.parent)
+        draft = Path(name)
+        try:
+            try:
+                os.write(descriptor, Fernet.generate_key() + b"\n")
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+            with contextlib.suppress(FileExistsError):  # another process's key won
+                os.link(draft, path)
+        finally:
+            draft.unlink(missing_ok=True)
+    text = path.read_text(encoding="ascii").strip()
+    if not text:
+        raise KeyringError(f"the key file {path} is empty")
+    return text
 
 
 # In-memory SQLite databases live as long as their process: so does their key.

@@ -246,5 +246,22 @@ def test_a_partner_whose_secret_no_key_opens_waits_and_the_others_are_delivered(
         clock.advance(60)  # past the lease of the claim that could not sign
         drain(client)
         assert sorted(request.path for request in receiver.requests) == ["/kept", "/lost"]
-        verify(receiver.to("/lost")[0].headers, receiver.to("/lost")[0].body, lost["secret"], now=clock().timestamp())
+        verify(
+            receiver.to("/lost")[0].headers,
+            receiver.to("/lost")[0].body,
+            lost["secret"],
+            now=clock().timestamp(),
+        )
         assert kept["secret"] not in caplog.text and lost["secret"] not in caplog.text
+
+
+def test_processes_starting_together_agree_on_one_key_file(tmp_path: Path) -> None:
+    """Eight callers making the key file at once end with one key, whole, and no draft left."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    config = Settings(database_url=f"sqlite:///{tmp_path / 'service.db'}")
+    with ThreadPoolExecutor(8) as pool:
+        keyrings = list(pool.map(lambda _: load_keyring(config), range(8)))
+    sealed = keyrings[0].seal("whsec_example")
+    assert all(keyring.open(sealed) == "whsec_example" for keyring in keyrings)
+    assert [path.name for path in tmp_path.iterdir()] == ["service.db.key"]
