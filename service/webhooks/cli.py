@@ -30,9 +30,7 @@ Command = Callable[[argparse.Namespace, Settings], int]
 log = logging.getLogger(__name__)
 
 
-def _run(
-    settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, secrets: bool = False
-) -> int:
+def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, secrets: bool = False) -> int:
     """Run ``work(operations)`` as a command (``service.commands.run``), with a sender of its own
     for test deliveries. A command that handles ``secrets`` loads the key first (and refuses to
     start without one, ``service.keyring``), then seals secrets stored before sealing."""
@@ -55,9 +53,7 @@ def _run(
     return commands.run(settings, with_operations)
 
 
-def _on_partner(
-    operation: Callable[[Operations, str], Awaitable[Any]], *, secrets: bool = False
-) -> Command:
+def _on_partner(operation: Callable[[Operations, str], Awaitable[Any]], *, secrets: bool = False) -> Command:
     """A command whose one argument is a partner id."""
 
     def command(args: argparse.Namespace, settings: Settings) -> int:
