@@ -202,15 +202,17 @@ class Operations:
     async def test(self, partner_id: str) -> Document:
         """One signed ``webhook.test`` delivery, sent now with every live secret; never retried."""
         async with self.engine.begin() as conn:
-            partner = await partners.get_partner(conn, partner_id)
-            if partner is None:
-                raise unknown_partner()
+            # The secrets first: their read starts by deleting expired ones, and on SQLite a
+            # transaction that writes before it reads never has to upgrade a read lock.
             try:
                 secrets = await partners.live_secrets(
                     conn, partner_id, now=self.clock(), keyring=self._keyring
                 )
             except UnreadableSecret:
                 raise StateConflict(UNREADABLE) from None
+            partner = await partners.get_partner(conn, partner_id)
+            if partner is None:
+                raise unknown_partner()
         delivery = await send_test(self.sender, partner_id=partner.id, url=partner.url, secrets=secrets)
         return test_result(delivery)
 
@@ -230,11 +232,11 @@ class Operations:
     async def reencrypt_secrets(self) -> Document:
         """Seal every partner secret under the newest key of ``SERVICE_SECRETS_KEY``."""
         async with self.engine.begin() as conn:
+            expired = await partners.delete_expired_secrets(conn, now=self.clock())  # a write first
             try:
                 count = await partners.reseal_secrets(conn, self._keyring)
             except UnreadableSecret:
                 raise StateConflict(UNREADABLE_STORE) from None
-            expired = await partners.delete_expired_secrets(conn, now=self.clock())
         return {"reencrypted": count, "expiredDeleted": expired, "keys": self._keyring.keys}
 
     async def retry(self, partner_id: str) -> Document:
