@@ -45,6 +45,14 @@ RATIO_TARGET = 0.5  # the issue's bar: durable, signed, logged delivery at half 
 P99_TARGET_MS = 100.0
 ISOLATION_TARGET = 0.9  # a healthy partner beside hanging ones gets at least 0.9 of its rate alone
 MAX_IN_FLIGHT = 1000  # the bench partner's own cap: never below --concurrency
+# The partners' secrets are sealed under this key (32 bytes of 0x02), on SQLite and PostgreSQL alike.
+BENCH_SECRETS_KEY = "AgICAgICAgICAgICAgICAgICAgICAgICAgICAgICAgI="
+
+
+def bench_settings(database_url: str) -> object:
+    from service.settings import Settings
+
+    return Settings(database_url=database_url, webhook_allow_private_urls=True, secrets_key=BENCH_SECRETS_KEY)
 
 
 # --- the receiver (its own process, so it does not share a CPU core's time with the sender) ----
@@ -180,7 +188,7 @@ async def setup(database_url: str, base: str) -> tuple[object, object]:
 
     from service.db.engine import create_engine, migrate_async
     from service.db.tables import metadata
-    from service.settings import Settings
+    from service.keyring import parse_keys
     from service.webhooks import partners
 
     await migrate_async(database_url)
@@ -197,9 +205,8 @@ async def setup(database_url: str, base: str) -> tuple[object, object]:
         # The plain client posts at `concurrency` connections to this one endpoint; the partner may
         # have as many attempts in flight (its own cap), so both sides are held to the same bound.
         new = partners.NewPartner(name="bench", url=f"{base}/hook", events=None, max_in_flight=MAX_IN_FLIGHT)
-        await partners.create_partner(conn, new, now=_now())
-    settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
-    return engine, settings
+        await partners.create_partner(conn, new, now=_now(), keyring=parse_keys(BENCH_SECRETS_KEY))
+    return engine, bench_settings(database_url)
 
 
 async def backlog(engine: object, count: int, prefix: str = "svc") -> None:
@@ -268,17 +275,17 @@ class Beside:
 async def beside_hanging(database_url: str, base: str, hanging: int, events: int) -> Beside:
     """A burst of ``events`` to a healthy partner (default cap) and ``hanging`` partners that never
     answer (default timeout), all subscribed to everything; the healthy partner's view."""
-    from service.settings import Settings
+    from service.keyring import parse_keys
     from service.webhooks import partners
     from service.webhooks.worker import Worker
 
-    engine, _ = await setup(database_url, base)
-    settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
+    engine, settings = await setup(database_url, base)
+    keyring = parse_keys(BENCH_SECRETS_KEY)
     async with engine.begin() as conn:  # type: ignore[attr-defined]
         await conn.execute(partners.partners.update().values(max_in_flight=None))  # the default cap
         for n in range(hanging):
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
-            await partners.create_partner(conn, new, now=_now())
+            await partners.create_partner(conn, new, now=_now(), keyring=keyring)
     worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
     await worker.start()
     async with aiohttp.ClientSession() as session:

@@ -21,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
+# Partner secrets' key for benchmark servers (32 bytes of 0x03): a fixed one, so every process of
+# a run, and a run on PostgreSQL, agree.
+SECRETS_KEY = "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
 READY_TIMEOUT = 30.0  # seconds: migrations plus rendering every document, on a slow machine
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -83,6 +86,7 @@ def service(
     settings = {
         "SERVICE_DATABASE_URL": url,
         "SERVICE_BASE_URL": base_url or f"http://{HOST}:{port}",
+        "SERVICE_SECRETS_KEY": SECRETS_KEY,  # serve on PostgreSQL does not start without one
         **(env or {}),
     }
     args = ["-m", "service", "serve", "--host", HOST, "--port", str(port), "--no-worker"]

@@ -42,6 +42,7 @@ from service.errors import (
 from service.handlers import error_response
 from service.metrics import CONTENT_TYPE
 from service.params import refuse_unknown
+from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
 from service.waitlist import client_address
 
@@ -99,7 +100,8 @@ async def check_token(request: Request) -> None:
     if not expected:
         raise NotFound()
     attempts: FailedAttempts = request.app.ctx.admin_attempts
-    client = client_address(request)
+    # Counted per client as the waitlist counts them: a whole IPv6 /64 is one guesser.
+    client = client_key(client_address(request), request.app.ctx.settings.rate_limit_ipv6_prefix)
     failed = locked = False
     try:
         wait = await attempts.refused(client)

@@ -7,6 +7,7 @@ Long-lived things (database engine, group-commit writer, rate limiter) open in
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from dataclasses import dataclass, field
 
@@ -25,15 +26,18 @@ from service.discovery import routes as discovery_routes
 from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
 from service.ids import IdSource, new_id
+from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.settings import Settings
 from service.webhooks import admin as webhook_admin
 from service.webhooks import runtime
 from service.webhooks.operations import Operations
+from service.webhooks.partners import seal_plaintext
 from service.webhooks.ssrf import Resolve, system_resolve
 
 App = Sanic[Config, "Context"]
+log = logging.getLogger(__name__)
 _names = itertools.count()
 
 
@@ -47,6 +51,7 @@ class Context:
     ids: IdSource = new_id  # for the ids the admin API makes (partners)
     metrics: Metrics = field(default_factory=Metrics)
     engine: AsyncEngine = field(init=False)
+    keyring: Keyring = field(init=False)  # seals and opens partner secrets (service.keyring)
     limiter: RateLimiter = field(init=False)
     admin_attempts: admin.FailedAttempts = field(init=False)  # failed admin tokens per client
     writer: RegistrationWriter = field(init=False)  # one driver call per batch
@@ -92,6 +97,8 @@ def create_app(
         configure_logging=not structured_logs,
     )
     app.ctx.trusts_proxies = waitlist.trusts_proxies(app.config)
+    # Loaded now, so a PostgreSQL database without SERVICE_SECRETS_KEY stops the start with the reason.
+    app.ctx.keyring = load_keyring(settings)
     admin.guard(app)
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))
@@ -106,6 +113,11 @@ def create_app(
     async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
         ctx.engine = create_engine(settings.database_url)
+        try:
+            async with ctx.engine.begin() as conn:  # what migration 0005 moved in plaintext
+                await seal_plaintext(conn, ctx.keyring)
+        except Exception:  # the database is down: serve anyway (/readyz says so), seal next start
+            log.warning("could not check for partner secrets stored in plaintext", exc_info=True)
         ctx.limiter = RateLimiter(settings)
         ctx.limiter.start()
         ctx.admin_attempts = admin.FailedAttempts(ctx.limiter.storage)

@@ -6,6 +6,7 @@ Each command reads ``Settings()`` from the environment, so the CLI and the serve
 from __future__ import annotations
 
 import argparse
+import asyncio
 import csv
 import ipaddress
 import json
@@ -18,6 +19,7 @@ from typing import Any, NoReturn
 from service import commands
 from service.db.engine import migrate
 from service.db.registrations import COLUMNS
+from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.webhooks import cli as webhooks_cli
@@ -85,6 +87,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
     from service.app import create_app
 
+    load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
@@ -113,7 +116,27 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     migrate(settings.database_url)
     print(f"database is at the latest schema: {_safe_url(settings.database_url)}")
+    try:
+        keyring = load_keyring(settings)
+    except KeyringError:
+        print("partner secrets stored in plaintext stay so until a start with SERVICE_SECRETS_KEY set")
+        return 0
+    sealed = asyncio.run(_seal(settings, keyring))
+    if sealed:
+        print(f"encrypted {sealed} partner secrets stored in plaintext")
     return 0
+
+
+async def _seal(settings: Settings, keyring: Keyring) -> int:
+    from service.db.engine import create_engine
+    from service.webhooks.partners import seal_plaintext
+
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.begin() as conn:
+            return await seal_plaintext(conn, keyring)
+    finally:
+        await engine.dispose()
 
 
 def _safe_url(url: str) -> str:
@@ -181,8 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         group,
         "migrate",
         "bring the database to the latest schema",
-        details="Safe at any time; serve and every command also migrate before they start.",
-        settings=DATABASE,
+        details="Safe at any time; serve and every command also migrate before they start. Partner "
+        "secrets stored in plaintext by an earlier release are then encrypted, when a key is at hand.",
+        settings=(*DATABASE, "secrets_key"),
     ).set_defaults(run=cmd_migrate)
 
     waitlist = commands.add_command(group, "waitlist", "waitlist registrations", settings=DATABASE)
@@ -233,4 +257,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     run: Command = args.run
-    return run(args, settings)
+    try:
+        return run(args, settings)
+    except KeyringError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    except UnreadableSecret as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1

@@ -2,12 +2,20 @@
 
 ``memory://`` keeps counters in the process; ``redis://`` shares them across processes and
 machines, so two server workers enforce one limit per client.
+
+A client is what one party can hold without effort (``client_key``): an IPv4 address, or the IPv6
+network of ``SERVICE_RATE_LIMIT_IPV6_PREFIX`` bits (64 by default) around an IPv6 address, since one
+subscriber commonly gets a whole /64 and can rotate through it at will; an IPv4-mapped IPv6
+address (``::ffff:203.0.113.7``) is the IPv4 client it maps. ``SERVICE_WAITLIST_GLOBAL_RATE_LIMIT``,
+when set, is counted once more for every client together.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import heapq
+import ipaddress
 import logging
 import math
 import time
@@ -31,6 +39,36 @@ def _async_storage_uri(uri: str) -> str:
     return uri if uri.startswith("async+") else f"async+{uri}"
 
 
+@functools.lru_cache(maxsize=4096)  # a pure function of its arguments; addresses repeat
+def client_key(address: str, ipv6_prefix: int) -> str:
+    """The client an address counts as: the IPv4 address, or the IPv6 network of ``ipv6_prefix``
+    bits around it (an IPv4-mapped IPv6 address counts as its IPv4 address). Anything that is not
+    an address (a proxy's placeholder) counts as itself. Proxy headers give IPv6 addresses in
+    brackets (Sanic's ``remote_addr``); the bracketed and bare forms are one client."""
+    try:
+        parsed = ipaddress.ip_address(address[1:-1] if address.startswith("[") else address)
+    except ValueError:
+        return address
+    if isinstance(parsed, ipaddress.IPv4Address):
+        return str(parsed)
+    if parsed.ipv4_mapped is not None:
+        return str(parsed.ipv4_mapped)
+    # The zone of a scoped address (fe80::1%eth0) is no part of the network.
+    unscoped = ipaddress.IPv6Address(int(parsed))
+    return str(ipaddress.ip_network((unscoped, ipv6_prefix), strict=False))
+
+
+OVERFLOW = "overflow"  # the key every newcomer shares while the in-memory store is full
+
+
+def _overflow_key(key: str, limit: int, expiry: int) -> str:
+    """The overflow counter of ``key``'s scope and limit (limits' keys read ``LIMITER/scope/...``;
+    a scope holds no slash, a client may: an IPv6 network)."""
+    parts = key.split("/", 2)
+    scope = parts[1] if len(parts) > 2 else ""
+    return f"{OVERFLOW}/{scope}/{limit}/{expiry}"
+
+
 class WindowCounters(Storage, SlidingWindowCounterSupport):
     """``memory://`` for limits' sliding-window counter: expiry that costs the same at any scale.
 
@@ -47,16 +85,32 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
     limits' own, so the decisions are the library storage's (a test holds the two to each other).
     It is a custom storage as limits documents them, registered under its own URI scheme
     (``WINDOW_COUNTERS_URI``), which ``RateLimiter`` asks for in place of ``memory://``.
+
+    It holds at most about ``max_counters`` counters (``SERVICE_RATE_LIMIT_MEMORY_CLIENTS`` clients
+    at two counters per limit each). When it is full, a client it does not already count is
+    counted in one overflow counter per limit that every such newcomer shares, until expiry makes
+    room. Clients already counted keep their own counters (a flood of new addresses never resets
+    anyone's count, as evicting the oldest would), memory stays bounded whatever the flood (at
+    most three times ``max_counters``: a client may hold a counter of the window before the
+    previous one until it expires), and the flood is held to one client's allowance in all, so
+    the limit fails closed: newcomers wait, nobody gets through unlimited.
     """
 
     # limits' registry reads the schemes from this class attribute when the class is defined.
     STORAGE_SCHEME = ["async+window-counters"]  # noqa: RUF012 - limits declares it a plain attribute
 
     def __init__(
-        self, uri: str | None = None, *, clock: Callable[[], float] = time.time, wrap_exceptions: bool = False
+        self,
+        uri: str | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+        wrap_exceptions: bool = False,
+        max_counters: int | None = None,
     ) -> None:
         super().__init__(uri, wrap_exceptions=wrap_exceptions)
         self._clock = clock
+        self.max_counters = max_counters  # None: unbounded
+        self.overflowed = 0  # hits counted in an overflow counter, for tests and logs
         self._counts: dict[str, int] = {}
         self._expires: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []  # (expires at, key), one entry per counter created
@@ -109,6 +163,14 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
             return False
         now = self._clock()
         previous_key, current_key = self.window_keys(key, expiry, now)
+        counts = self._counts
+        if self.max_counters is not None and current_key not in counts and previous_key not in counts:
+            self._expire(now)
+            if len(counts) >= self.max_counters:  # full: a newcomer shares the overflow counter
+                if not self.overflowed:
+                    log.warning("rate-limit store full: new clients share one counter until room is made")
+                self.overflowed += 1
+                previous_key, current_key = self.window_keys(_overflow_key(key, limit, expiry), expiry, now)
         previous_count, previous_ttl, current_count, _ = self._window(
             previous_key, current_key, expiry, now
         )
@@ -160,6 +222,7 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
 
 
 WINDOW_COUNTERS_URI = "async+window-counters://"
+GLOBAL_CLIENT = "*"  # the one client SERVICE_WAITLIST_GLOBAL_RATE_LIMIT counts
 
 # BatchedHits reads limits' internals: they were proven on this version, which pyproject.toml
 # pins exactly, and tests/test_ratelimit.py fails, naming the one that moved, on any other.
@@ -274,11 +337,16 @@ class RateLimiter:
 
     def __init__(self, settings: Settings, scope: str = "waitlist") -> None:
         self.items: list[RateLimitItem] = parse_many(settings.waitlist_rate_limit)
+        global_limit = settings.waitlist_global_rate_limit
+        self.global_items: list[RateLimitItem] = parse_many(global_limit) if global_limit else []
         self.scope = scope
+        self.global_scope = f"{scope}-all"
+        self.ipv6_prefix = settings.rate_limit_ipv6_prefix
         uri = _async_storage_uri(settings.rate_limit_storage)
-        options: dict[str, str] = {}
+        options: dict[str, Any] = {}
         if uri.startswith("async+memory://"):
             uri = WINDOW_COUNTERS_URI
+            options["max_counters"] = 2 * settings.rate_limit_memory_clients * len(self.items)
         elif "redis" in uri:
             options["key_prefix"] = settings.rate_limit_key_prefix
             # redis-py's asyncio client: measured here at ~78 µs of client CPU per hit against
@@ -305,23 +373,40 @@ class RateLimiter:
         if self._batched is not None:
             await self._batched.close()
 
-    async def hit(self, client: str) -> int | None:
-        """Count one request; the seconds to wait when it is over a limit, else None."""
+    async def hit(self, address: str) -> int | None:
+        """Count one request from ``address``; the seconds to wait when it is over a limit (its
+        client's, or the global one), else None."""
+        client = client_key(address, self.ipv6_prefix)
+        counters = self._counters
+        if counters is not None and not self.global_items:
+            # In process and per client only (the default): no coroutine between the route and
+            # the counters, as every registration pays for it.
+            for item in self.items:
+                if not counters.acquire(item.key_for(self.scope, client), item.amount, item.get_expiry()):
+                    stats = await self.strategy.get_window_stats(item, self.scope, client)
+                    return max(1, math.ceil(stats.reset_time - time.time()))
+            return None
+        wait = await self._hit(self.items, self.scope, client)
+        if wait is None and self.global_items:
+            wait = await self._hit(self.global_items, self.global_scope, GLOBAL_CLIENT)
+        return wait
+
+    async def _hit(self, items: list[RateLimitItem], scope: str, client: str) -> int | None:
         counters, batched = self._counters, self._batched
-        for item in self.items:
+        for item in items:
             if counters is not None:
-                allowed = counters.acquire(item.key_for(self.scope, client), item.amount, item.get_expiry())
+                allowed = counters.acquire(item.key_for(scope, client), item.amount, item.get_expiry())
             elif batched is not None:
-                key = item.key_for(self.scope, client)
+                key = item.key_for(scope, client)
                 allowed = await batched.acquire(key, item.amount, item.get_expiry())
             else:
                 try:
-                    allowed = await self.strategy.hit(item, self.scope, client)
+                    allowed = await self.strategy.hit(item, scope, client)
                 except Exception:
                     log.warning("rate-limit hit failed", exc_info=True)
                     raise
             if not allowed:
-                stats = await self.strategy.get_window_stats(item, self.scope, client)
+                stats = await self.strategy.get_window_stats(item, scope, client)
                 return max(1, math.ceil(stats.reset_time - time.time()))
         return None
 

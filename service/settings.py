@@ -86,7 +86,31 @@ class Settings(BaseSettings):
     )
     secret_rotation_overlap: int = Field(
         default=86400,
-        description="Seconds an old partner secret keeps signing after a rotation.",
+        ge=0,
+        description="Seconds the secrets live before a rotation keep signing after it (0: none).",
+    )
+    secrets_key: str | None = Field(
+        default=None,
+        repr=False,
+        description="Fernet keys that encrypt partner secrets at rest, comma-separated, newest first "
+        "(the first encrypts, all decrypt); unset on SQLite, a key file beside the database; unset "
+        "on PostgreSQL, the service does not start.",
+    )
+    rate_limit_ipv6_prefix: int = Field(
+        default=64,
+        ge=1,
+        le=128,
+        description="IPv6 clients are counted per network of this prefix length (one /64, one client).",
+    )
+    rate_limit_memory_clients: int = Field(
+        default=100_000,
+        ge=1,
+        description="Clients the memory:// rate-limit store counts apart; when full, new clients share "
+        "one counter until old ones expire.",
+    )
+    waitlist_global_rate_limit: str | None = Field(
+        default=None,
+        description="Registrations from all clients together, in limits notation; unset, no such limit.",
     )
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
@@ -138,6 +162,24 @@ class Settings(BaseSettings):
                 f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}"
             ) from None
         return value
+
+    @field_validator("waitlist_global_rate_limit")
+    @classmethod
+    def _global_rate_limit(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        try:
+            parse_many(value)
+        except ValueError as error:
+            raise ValueError(
+                f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}"
+            ) from None
+        return value
+
+    @field_validator("secrets_key")
+    @classmethod
+    def _secrets_key(cls, value: str | None) -> str | None:
+        return value if value and value.strip() else None  # empty means unset
 
     @field_validator("rate_limit_storage")
     @classmethod

@@ -24,6 +24,7 @@ from service.db.engine import create_engine, migrate
 from service.db.tables import metadata
 from service.settings import Settings
 from tests.scratch import admin_execute, redis_keys
+from tests.webhook_helpers import TEST_SECRETS_KEY
 
 POSTGRES_URL = os.environ.get("SERVICE_TEST_POSTGRES_URL")
 REDIS_URL = os.environ.get("SERVICE_TEST_REDIS_URL")
@@ -69,11 +70,13 @@ async def _empty_tables(url: str) -> None:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated, empty database: a fresh SQLite file, or this run's PostgreSQL database."""
+    """A migrated, empty database: a fresh SQLite file (its key file made beside it on first use),
+    or this run's PostgreSQL database, with ``SERVICE_SECRETS_KEY`` set for the test as it must be."""
     if request.param == "sqlite":
         url = f"sqlite:///{tmp_path / 'service.db'}"
         migrate(url)
         return url
+    request.getfixturevalue("monkeypatch").setenv("SERVICE_SECRETS_KEY", TEST_SECRETS_KEY)
     url = request.getfixturevalue("postgres_database")
     _run(_empty_tables(url))
     return url

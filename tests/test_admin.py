@@ -110,6 +110,26 @@ def test_failed_attempts_are_throttled_per_client(make_client, rate_limit_storag
     ]
 
 
+def test_failed_attempts_are_counted_per_ipv6_64(monkeypatch, sqlite_url):
+    """Guessing from a new address of one /64 each time is still one client: the eleventh is 429."""
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.conftest import Client
+
+    monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
+    with Client(create_app(Settings(database_url=sqlite_url, admin_token=TOKEN))) as client:
+        statuses = [
+            client.get(
+                "/admin/waitlist",
+                headers={"authorization": "Bearer wrong", "x-forwarded-for": f"2001:db8:5:5::{n + 1:x}"},
+            ).status_code
+            for n in range(11)
+        ]
+        other = client.get("/admin/waitlist", headers={**AUTH, "x-forwarded-for": "2001:db8:5:6::1"})
+    assert statuses == [401] * 10 + [429]
+    assert other.status_code == 200
+
+
 async def test_failed_attempts_free_up_as_the_window_slides():
     """A client over the limit may try again once its window has moved on; others are untouched."""
     now = [1_000_000.0]

@@ -89,3 +89,15 @@ def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFix
     rows = [line.split() for line in lines[start + 2 : start + 5]]
     assert [row[0] for row in rows] == ["1", "8", "32"]
     assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
+
+
+def test_secrets_benchmark_claims_and_signs_with_sealed_and_plaintext_secrets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.secrets` claims and signs every delivery both ways and prints the ratio."""
+    from benchmarks import secrets
+
+    assert secrets.main(["--partners", "2", "--events", "30", "--rounds", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("claim + sign, 2 partners x 30 events")
+    assert float(lines[-1].rsplit(" ", 1)[1]) > 0

@@ -46,7 +46,7 @@ def _screens(capsys: pytest.CaptureFixture[str], *path: str) -> Iterator[tuple[t
 
 
 def _named_settings(text: str) -> list[str]:
-    return re.findall(r"^  (SERVICE_[A-Z_]+)$", text.split("settings (environment variables):\n", 1)[-1], re.M)
+    return re.findall(r"^  (SERVICE_[A-Z0-9_]+)$", text.split("settings (environment variables):\n", 1)[-1], re.M)
 
 
 def _options_without_help(text: str) -> list[str]:
@@ -61,13 +61,14 @@ def _options_without_help(text: str) -> list[str]:
 EXPECTED = {
     (): set(commands.EVERY_SETTING),
     ("serve",): set(commands.EVERY_SETTING),
-    ("migrate",): {"database_url"},
+    ("migrate",): {"database_url", "secrets_key"},
     ("waitlist", "erase"): {"database_url"},
-    ("partners", "add"): {"database_url", "webhook_allow_private_urls"},
-    ("partners", "test"): {"database_url", "webhook_allow_private_urls", "webhook_timeout"},
-    ("partners", "rotate-secret"): {"database_url", "secret_rotation_overlap"},
+    ("partners", "add"): {"database_url", "secrets_key", "webhook_allow_private_urls"},
+    ("partners", "test"): {"database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout"},
+    ("partners", "rotate-secret"): {"database_url", "secrets_key", "secret_rotation_overlap"},
+    ("secrets", "re-encrypt"): {"database_url", "secrets_key"},
     ("worker",): {
-        "database_url", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
+        "database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
         "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",
         "webhook_breaker_cooldown", "webhook_disable_after",
     },

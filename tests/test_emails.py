@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import unicodedata
 
 import email_validator
 import pytest
@@ -11,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service import emails
-from service.emails import check_email, validated_email
+from service.emails import check_email, identity, validated_email
 from tests.pins import exact_pin
 
 
@@ -162,3 +163,50 @@ def test_a_domain_is_checked_once_then_remembered() -> None:
     hits = emails._domain.cache_info().hits
     check_email(f"second@{domain}")
     assert emails._domain.cache_info().hits == hits + 1
+
+
+def library_identity(address: str) -> str | None:
+    """The identity from email-validator's whole result: NFC local part @ IDNA ASCII domain, lower-cased."""
+    try:
+        checked = validate_email(address, check_deliverability=False)
+    except EmailNotValidError:
+        return None
+    return f"{checked.local_part}@{checked.ascii_domain}".lower()
+
+
+def our_identity(address: str) -> str | None:
+    try:
+        return identity(address)
+    except EmailNotValidError:
+        return None
+
+
+@settings(max_examples=800, deadline=None)
+@given(
+    st.one_of(
+        st.emails(),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(st.characters(codec="ascii"), max_size=70), st.lists(LABELS, min_size=1, max_size=5)),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(max_size=30), st.lists(LABELS, min_size=1, max_size=5)),
+    )
+)
+def test_the_fast_identity_is_the_one_from_the_librarys_whole_result(address: str) -> None:
+    """For every address email-validator accepts, the plain-address shortcut gives its identity."""
+    expected = library_identity(address)
+    if expected is not None:
+        assert our_identity(address) == expected
+
+
+@pytest.mark.parametrize(
+    "spellings",
+    [
+        [unicodedata.normalize("NFC", "josé@example.com"), unicodedata.normalize("NFD", "josé@example.com"),
+         unicodedata.normalize("NFD", "JOSÉ@Example.COM")],
+        ["ada@bücher.example", "ada@xn--bcher-kva.example", "Ada@BÜCHER.example", "ADA@XN--BCHER-KVA.EXAMPLE"],
+        ["PostMaster@example.com", "postmaster@EXAMPLE.com"],
+    ],
+)  # fmt: skip
+def test_every_spelling_of_one_address_is_one_identity(spellings: list[str]) -> None:
+    """NFC and NFD, Unicode and punycode domains, any case: one identity."""
+    assert len({identity(spelling) for spelling in spellings}) == 1

@@ -12,7 +12,7 @@ from service.exceptions import echoed_name
 from service.settings import Settings
 from tests.conftest import Client
 from tests.test_waitlist import stored_rows
-from tests.webhook_helpers import AUTH, milestone
+from tests.webhook_helpers import AUTH, TEST_SECRETS_KEY, milestone
 from tests.webhook_helpers import settings as webhook_settings
 
 LONG = "k" * 30_000  # a member name that, given twice, still fits the 64 KiB body limit
@@ -65,7 +65,7 @@ def test_health_and_readiness(make_client, rate_limit_storage):
 
 def test_readiness_fails_when_the_database_is_unreachable():
     """/readyz answers 503 when the database cannot be reached (a closed port here)."""
-    app = create_app(Settings(database_url="postgresql://nobody@127.0.0.1:9/none"))
+    app = create_app(Settings(database_url="postgresql://nobody@127.0.0.1:9/none", secrets_key=TEST_SECRETS_KEY))
     with Client(app) as client:
         ready = client.get("/readyz")
         registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
@@ -117,7 +117,11 @@ def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, 
 
 def test_readiness_names_both_when_both_are_unreachable():
     """/readyz says which of the two cannot be reached, here both."""
-    settings = Settings(database_url="postgresql://nobody@127.0.0.1:9/none", rate_limit_storage="redis://127.0.0.1:9/0")
+    settings = Settings(
+        database_url="postgresql://nobody@127.0.0.1:9/none",
+        rate_limit_storage="redis://127.0.0.1:9/0",
+        secrets_key=TEST_SECRETS_KEY,
+    )
     with Client(create_app(settings)) as client:
         ready = client.get("/readyz")
     assert (ready.status_code, ready.json) == (
@@ -162,7 +166,7 @@ def test_a_postgresql_server_that_never_answers_is_503_after_the_connect_timeout
     silent = socket.create_server(("127.0.0.1", 0))
     port = silent.getsockname()[1]
     try:
-        app = create_app(Settings(database_url=f"postgresql://nobody@127.0.0.1:{port}/none"))
+        app = create_app(Settings(database_url=f"postgresql://nobody@127.0.0.1:{port}/none", secrets_key=TEST_SECRETS_KEY))
         with Client(app) as client:
             registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
     finally:

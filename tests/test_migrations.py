@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import unicodedata
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +13,14 @@ import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from webhook_helpers import TEST_SECRETS_KEY
 
+from service.cli import main
 from service.db.engine import alembic_config, create_engine, migrate
 from service.db.tables import metadata
+from service.keyring import SEALED, parse_keys
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.scratch import admin_execute
 
@@ -71,3 +77,73 @@ def test_every_migration_downgrades_and_upgrades_again(empty_database: str) -> N
     migrate(empty_database)
     assert _tables(empty_database) >= {table.name for table in metadata.sorted_tables}
     assert _differences(empty_database) == []
+
+
+def _execute(url: str, *statements: tuple[str, dict[str, Any]]) -> list[Any]:
+    async def run() -> list[Any]:
+        engine = create_engine(url)
+        try:
+            async with engine.begin() as conn:
+                results = []
+                for statement, values in statements:
+                    result = await conn.execute(text(statement), values)
+                    results.append(result.all() if result.returns_rows else None)
+                return results
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(run())
+
+
+NFC = unicodedata.normalize("NFC", "José@Bücher.example")
+NFD = unicodedata.normalize("NFD", "jose\u0301@xn--bcher-kva.example")
+ROW = (
+    "INSERT INTO registrations (email, email_key, intent, project, message, created_at, updated_at) "
+    "VALUES (:email, :key, :intent, :project, NULL, :at, :at)"
+)
+PARTNER = (
+    "INSERT INTO partners (id, name, url, events, status, secret, previous_secret, "
+    "previous_secret_expires_at, created_at, updated_at, consecutive_failures) VALUES "
+    "(:id, 'P', 'https://partner.example/', NULL, 'active', :secret, :previous, :expires, :at, :at, 0)"
+)
+
+
+def test_0005_moves_plaintext_secrets_and_merges_registrations_of_one_address(
+    empty_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Secrets move to partner_secrets as they were (an ended previous secret is dropped), and the
+    first start seals them; registrations whose addresses are one under the new identity merge
+    into the earliest row for each intent, keeping the latest project."""
+    migrate(empty_database, "0004")
+    _execute(
+        empty_database,
+        (PARTNER, {"id": "ptn_a", "secret": "whsec_current", "previous": "whsec_old",
+                   "expires": datetime(2999, 1, 1), "at": datetime(2026, 1, 1)}),
+        (PARTNER, {"id": "ptn_b", "secret": "whsec_only", "previous": "whsec_ended",
+                   "expires": datetime(2000, 1, 1), "at": datetime(2026, 1, 1)}),
+        (ROW, {"email": NFC, "key": NFC.lower(), "intent": "claim", "project": "A",
+               "at": datetime(2026, 1, 1)}),
+        (ROW, {"email": NFD, "key": NFD.lower(), "intent": "claim", "project": "B",
+               "at": datetime(2026, 1, 2)}),
+        (ROW, {"email": NFD, "key": NFD.lower(), "intent": "member", "project": None,
+               "at": datetime(2026, 1, 3)}),
+    )  # fmt: skip
+    migrate(empty_database)
+    [secrets, rows] = _execute(
+        empty_database,
+        ("SELECT partner_id, secret, expires_at IS NULL FROM partner_secrets ORDER BY id", {}),
+        ("SELECT email, email_key, intent, project FROM registrations ORDER BY id", {}),
+    )
+    assert [tuple(row) for row in secrets] == [
+        ("ptn_a", "whsec_old", False), ("ptn_a", "whsec_current", True), ("ptn_b", "whsec_only", True)
+    ]  # fmt: skip
+    key = "josé@xn--bcher-kva.example"
+    assert [tuple(row) for row in rows] == [(NFC, key, "claim", "B"), (NFD, key, "member", None)]
+
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", TEST_SECRETS_KEY)
+    monkeypatch.setenv("SERVICE_DATABASE_URL", empty_database)
+    assert main(["migrate"]) == 0
+    [sealed] = _execute(empty_database, ("SELECT secret FROM partner_secrets ORDER BY id", {}))
+    keyring = parse_keys(TEST_SECRETS_KEY)
+    assert all(value.startswith(SEALED) for (value,) in sealed)
+    assert [keyring.open(value) for (value,) in sealed] == ["whsec_old", "whsec_current", "whsec_only"]

@@ -19,6 +19,7 @@ from service.ratelimit import (
     LimitsInternalsMoved,
     RateLimiter,
     WindowCounters,
+    client_key,
 )
 from service.settings import Settings
 from tests.conftest import REDIS_URL, RUN_ID, Client
@@ -387,3 +388,121 @@ def test_a_limiter_on_redis_without_limits_internals_does_not_start(monkeypatch)
     monkeypatch.setattr(redispy.RedispyBridge, "prefixed_key", None)
     with pytest.raises(LimitsInternalsMoved, match=r"RedispyBridge\.prefixed_key"):
         RateLimiter(Settings(rate_limit_storage="redis://127.0.0.1:1"))
+
+
+# --- who a client is, a bounded store, a global limit -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("address", "prefix", "client"),
+    [
+        ("203.0.113.7", 64, "203.0.113.7"),
+        ("2001:db8:1:2:aaaa::1", 64, "2001:db8:1:2::/64"),
+        ("2001:db8:1:2:ffff:ffff:ffff:ffff", 64, "2001:db8:1:2::/64"),
+        ("2001:DB8:1:2::1", 48, "2001:db8:1::/48"),
+        ("2001:db8:1:2::1", 128, "2001:db8:1:2::1/128"),
+        ("[2001:db8:1:2::1]", 64, "2001:db8:1:2::/64"),
+        ("::ffff:203.0.113.7", 64, "203.0.113.7"),
+        ("fe80::1%eth0", 64, "fe80::/64"),
+        ("unknown", 64, "unknown"),
+    ],
+)
+def test_a_client_is_an_ipv4_address_or_an_ipv6_network(address, prefix, client):
+    """IPv4 by address, IPv6 by its network of the configured prefix, IPv4-mapped IPv6 as IPv4."""
+    assert client_key(address, prefix) == client
+
+
+def _proxied(monkeypatch, sqlite_url, **options):
+    from service.app import create_app
+
+    monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
+    return Client(create_app(Settings(database_url=sqlite_url, **options)))
+
+
+def test_twenty_five_addresses_of_one_ipv6_64_are_one_client(monkeypatch, sqlite_url, rate_limit_storage):
+    """Rotating through one /64 does not dodge `10/minute`; the next /64 and IPv4 clients are
+    counted apart, and an IPv4-mapped address is its IPv4 client."""
+    with _proxied(monkeypatch, sqlite_url, waitlist_rate_limit="10/minute", **rate_limit_storage) as client:
+        rotating = [
+            post(client, headers={"x-forwarded-for": f"2001:db8:7:7:{n:x}::{n + 1:x}"}).status_code
+            for n in range(25)
+        ]
+        neighbour = post(client, headers={"x-forwarded-for": "2001:db8:7:8::1"}).status_code
+        ipv4 = [post(client, headers={"x-forwarded-for": "203.0.113.9"}).status_code for _ in range(10)]
+        mapped = post(client, headers={"x-forwarded-for": "::ffff:203.0.113.9"}).status_code
+    assert rotating == [200] * 10 + [429] * 15
+    assert (neighbour, ipv4, mapped) == (200, [200] * 10, 429)
+
+
+def test_a_longer_prefix_counts_smaller_ipv6_networks(monkeypatch, sqlite_url):
+    """SERVICE_RATE_LIMIT_IPV6_PREFIX=128 counts each IPv6 address apart."""
+    with _proxied(monkeypatch, sqlite_url, waitlist_rate_limit="1/minute", rate_limit_ipv6_prefix=128) as client:
+        statuses = [post(client, headers={"x-forwarded-for": f"2001:db8::{n + 1}"}).status_code for n in range(3)]
+    assert statuses == [200, 200, 200]
+
+
+def test_the_memory_store_at_its_bound_counts_newcomers_together():
+    """Full, the store makes no counter for a new client: newcomers share one overflow counter
+    (held to one client's allowance in all), clients already counted keep their own counts, and
+    memory stays bounded; once old counters expire, newcomers are counted apart again."""
+    clock = Seconds()
+    storage = WindowCounters(clock=clock, max_counters=100)
+    strategy = SlidingWindowCounterRateLimiter(storage)
+    item = parse("3/minute")
+
+    async def play() -> tuple[list[bool], list[bool], list[bool], int, int, bool]:
+        for n in range(100):
+            for _ in range(3):
+                assert await strategy.hit(item, "w", f"10.0.{n}.1")
+        assert len(storage) == 100
+        newcomers = [await strategy.hit(item, "w", f"2001:db8:{n:x}::/64") for n in range(1000)]
+        known = [await strategy.hit(item, "w", f"10.0.{n}.1") for n in range(100)]  # still at their limit
+        clock.now += 5
+        fresh = [await strategy.hit(item, "w", "10.0.0.1")]  # the same window: still limited
+        held = len(storage)
+        clock.now += 116  # past two windows of every counter
+        alone = await strategy.hit(item, "w", "192.0.2.1")
+        return newcomers, known, fresh, held, storage.overflowed, alone
+
+    newcomers, known, fresh, held, overflowed, alone = asyncio.run(play())
+    assert newcomers == [True] * 3 + [False] * 997  # one allowance for the whole flood
+    assert known == [False] * 100 and fresh == [False]  # no one's count was reset
+    assert held <= 102 and overflowed == 1000  # the clients, and the flood's one counter (two windows)
+    assert alone is True
+
+
+def test_the_limiter_bounds_the_memory_store_by_the_setting():
+    """SERVICE_RATE_LIMIT_MEMORY_CLIENTS sets the store's bound: two counters per client per limit."""
+    limiter = RateLimiter(Settings(waitlist_rate_limit="10/minute;100/day", rate_limit_memory_clients=500))
+    assert isinstance(limiter.storage, WindowCounters)
+    assert limiter.storage.max_counters == 2 * 500 * 2
+
+
+def test_a_full_store_answers_newcomers_429_in_the_error_shape(make_client):
+    """Through the app: with room for one client (two counters) taken, the next address shares the
+    overflow counter: its first request passes, its second is 429."""
+    with make_client(waitlist_rate_limit="1/minute", rate_limit_memory_clients=1) as client:
+        storage = client.app.ctx.limiter.storage
+        for other in ("198.51.100.1", "198.51.100.2"):
+            client.run(storage.acquire_sliding_window_entry(f"LIMITER/waitlist/{other}/1/1/minute", 1, 60))
+        first = post(client)
+        second = post(client)
+    assert first.status_code == 200 and (second.status_code, second.json) == (429, LIMITED)
+    assert storage.overflowed == 2
+
+
+def test_the_global_limit_holds_every_client_together(monkeypatch, sqlite_url, rate_limit_storage):
+    """SERVICE_WAITLIST_GLOBAL_RATE_LIMIT: once spent, any client is 429 in the same error shape."""
+    options = {"waitlist_rate_limit": "5/minute", "waitlist_global_rate_limit": "3/minute", **rate_limit_storage}
+    with _proxied(monkeypatch, sqlite_url, **options) as client:
+        answers = [post(client, headers={"x-forwarded-for": f"203.0.113.{n + 1}"}) for n in range(4)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
+    assert answers[-1].json == LIMITED
+    assert 1 <= int(answers[-1].headers["retry-after"]) <= 60
+
+
+def test_the_global_limit_is_unset_by_default():
+    """Unset, the limiter counts per client only."""
+    assert RateLimiter(Settings()).global_items == []
+    with pytest.raises(ValueError, match="SERVICE_WAITLIST_GLOBAL_RATE_LIMIT"):
+        Settings(waitlist_global_rate_limit="lots")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import unicodedata
+import urllib.parse
 from typing import Any
 
 import pytest
@@ -138,3 +140,22 @@ def test_erasure_needs_the_admin_token(make_client: Any) -> None:
         response = client.request("delete", "/admin/waitlist?email=ada@example.com")
         assert response.status_code == 401
         assert len(_emails(client)) == len(REGISTERED)
+
+
+JOSE_NFC = unicodedata.normalize("NFC", "josé@bücher.example")
+JOSE_NFD = unicodedata.normalize("NFD", "José@xn--bcher-kva.example")
+
+
+def test_spellings_of_one_address_are_one_registration_and_erased_together(
+    make_client: Any, database_url: str
+) -> None:
+    """NFC and NFD, a Unicode and a punycode domain: one registration per intent, stored as first
+    submitted, and erased together by any spelling."""
+    with make_client(database_url=database_url, admin_token=TOKEN) as client:
+        for email in (JOSE_NFC, JOSE_NFD):
+            assert client.post("/api/waitlist", json={"email": email, "intent": "claim"}).status_code == 200
+        assert client.post("/api/waitlist", json={"email": JOSE_NFD, "intent": "member"}).status_code == 200
+        assert _emails(client) == [(JOSE_NFC, "claim"), (JOSE_NFD, "member")]
+        response = _erase(client, "?email=" + urllib.parse.quote("JOSÉ@BÜCHER.example"))
+        assert (response.status_code, response.json) == (200, {"erased": 2})
+        assert _emails(client) == []

@@ -184,7 +184,9 @@ def test_a_secret_issued_before_whsec_secrets_keeps_verifying(make_client: Any) 
 
         async def create() -> partners.Partner:
             async with client.app.ctx.engine.begin() as conn:
-                return await partners.create_partner(conn, new, now=clock(), secret=legacy)
+                return await partners.create_partner(
+                    conn, new, now=clock(), secret=legacy, keyring=client.app.ctx.keyring
+                )
 
         partner = client.run(create())
         publish(client, room_claimed())

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -130,6 +131,16 @@ def _stop_worker(worker: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stderr.decode().splitlines()]
 
 
+def _scraped(url: str, wanted: bytes, timeout: float) -> bool:
+    """Whether ``wanted`` shows in the worker's metrics within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if wanted in _get(url)[1]:
+            return True
+        time.sleep(0.02)  # polling another process's bookkeeping, not waiting for a clock
+    return False
+
+
 def _get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=5) as response:  # noqa: S310 - loopback only
@@ -157,7 +168,8 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
             status, text = _get(f"{base}/metrics")
             assert status == 200
             assert f'service_webhook_deliveries_waiting{{partner="{partner["id"]}"}}'.encode() in text
-            assert b"service_webhook_attempts_total{" in text
+            # The attempt is counted once its row is committed, a moment after the receiver has it.
+            assert _scraped(f"{base}/metrics", b"service_webhook_attempts_total{", timeout=10)
         finally:
             lines = _stop_worker(worker)
     [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]

@@ -9,10 +9,22 @@ from typing import Any
 
 import pytest
 from sqlalchemy import select
-from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
+from webhook_helpers import (
+    AUTH,
+    Receiver,
+    Reply,
+    deliveries,
+    drain,
+    fixed_keyring,
+    onboard,
+    publish,
+    room_claimed,
+    settings,
+)
 
 from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
+from service.keyring import Keyring, load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, partners, sender
 from service.webhooks.partners import NewPartner
@@ -22,10 +34,12 @@ HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt t
 TIMEOUT = 2.0
 
 
-async def _setup(engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int) -> None:
+async def _setup(
+    engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int, keyring: Keyring
+) -> None:
     async with engine.begin() as conn:
         for name, url, cap in targets:
-            await partners.create_partner(conn, NewPartner(name, url, None, cap), now=clock())
+            await partners.create_partner(conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring)
     for index in range(events):
         await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
 
@@ -41,7 +55,8 @@ def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock:
         async def scenario() -> tuple[bool, int]:
             engine = create_engine(database_url)
             stuck_partners = [(f"stuck {n}", stuck.url(f"/p{n}"), None) for n in range(hanging)]
-            await _setup(engine, clock, [("healthy", healthy.url(), None), *stuck_partners], events)
+            targets = [("healthy", healthy.url(), None), *stuck_partners]
+            await _setup(engine, clock, targets, events, load_keyring(config))
             worker = Worker(engine, settings=config, clock=clock)
             await worker.start()
             try:
@@ -64,11 +79,13 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
 
     async def scenario() -> list[int]:
         engines = [create_engine(database_url) for _ in range(2)]
-        await _setup(engines[0], clock, [("capped", "https://partner.example/hook", 3)], 20)
+        await _setup(engines[0], clock, [("capped", "https://partner.example/hook", 3)], 20, fixed_keyring())
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(conn, now=clock(), limit=10, lease=lease, default_cap=8)
+                jobs = await outbox.claim_due(
+                    conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
+                )
             return len(jobs)
 
         claimed = []
@@ -89,14 +106,20 @@ def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
     async def scenario() -> list[str]:
         engine = create_engine(sqlite_url)
         async with engine.begin() as conn:
-            big = await partners.create_partner(conn, NewPartner("big", "https://big.example/", None), now=clock())
+            big = await partners.create_partner(
+                conn, NewPartner("big", "https://big.example/", None), now=clock(), keyring=fixed_keyring()
+            )
         for index in range(50):
             await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
         async with engine.begin() as conn:
-            await partners.create_partner(conn, NewPartner("late", "https://late.example/", None), now=clock())
+            await partners.create_partner(
+                conn, NewPartner("late", "https://late.example/", None), now=clock(), keyring=fixed_keyring()
+            )
         await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
         async with engine.begin() as conn:
-            jobs = await outbox.claim_due(conn, now=clock(), limit=4, lease=timedelta(seconds=30), default_cap=8)
+            jobs = await outbox.claim_due(
+                conn, now=clock(), limit=4, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+            )
         await engine.dispose()
         return ["big" if job.partner_id == big.id else "late" for job in jobs]
 
@@ -110,8 +133,9 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
 
         async def scenario() -> list[str | None]:
             engine = create_engine(database_url)
-            await _setup(engine, clock, [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)], 5)
             config = Settings(database_url=database_url, **settings())
+            targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
+            await _setup(engine, clock, targets, 5, load_keyring(config))
             async with Worker(engine, settings=config, clock=clock) as worker:
                 assert await worker.drain() == 10
             async with engine.connect() as conn:
@@ -133,13 +157,15 @@ def test_a_row_the_database_refuses_is_stored_without_it(
 
     asyncio.run(_empty_tables(postgres_database))
     monkeypatch.setattr(sender, "readable", lambda text: text)
+    keyring = fixed_keyring()
     with Receiver(Reply(503, "nul\x00")) as hostile, Receiver() as healthy:
 
         async def scenario() -> list[tuple[str | None, str]]:
             engine = create_engine(postgres_database)
-            await _setup(engine, clock, [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)], 3)
+            targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
+            await _setup(engine, clock, targets, 3, keyring)
             config = Settings(database_url=postgres_database, **settings())
-            async with Worker(engine, settings=config, clock=clock) as worker:
+            async with Worker(engine, settings=config, clock=clock, keyring=keyring) as worker:
                 await worker.drain()
             async with engine.connect() as conn:
                 rows = await conn.execute(select(delivery_attempts.c.response_excerpt, delivery_attempts.c.outcome))

@@ -17,6 +17,7 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 from service.db.engine import create_engine
 from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
+from service.keyring import load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, partners, runtime
 from service.webhooks.notify import Listener, notify
@@ -111,7 +112,7 @@ def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock
             ctx = client.app.ctx
             async with ctx.engine.begin() as conn:  # claimed, then never sent or settled
                 jobs = await outbox.claim_due(
-                    conn, now=clock(), limit=10, lease=lease_for(ctx.settings), default_cap=8
+                    conn, now=clock(), limit=10, lease=lease_for(ctx.settings), default_cap=8, keyring=ctx.keyring
                 )
             return len(jobs)
 
@@ -141,7 +142,9 @@ def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: A
 
         async def claim() -> list[outbox.Job]:
             async with app.ctx.engine.begin() as conn:
-                return await outbox.claim_due(conn, now=clock(), limit=1, lease=lease, default_cap=8)
+                return await outbox.claim_due(
+                    conn, now=clock(), limit=1, lease=lease, default_cap=8, keyring=app.ctx.keyring
+                )
 
         async def deliver(worker: Worker, job: outbox.Job) -> None:
             record = await worker.attempt(job)
@@ -180,7 +183,7 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
             async with setup.begin() as conn:
                 for path in ("/a", "/b"):
                     new = partners.NewPartner(name=path, url=receiver.url(path), events=None)
-                    await partners.create_partner(conn, new, now=clock())
+                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
             for index in range(event_count):
                 await outbox.publish_event(setup, room_claimed(f"room-{index}"), now=clock())
             engines = [create_engine(database_url) for _ in range(workers)]
@@ -260,7 +263,7 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
         try:
             async with publisher.begin() as conn:
                 new = partners.NewPartner(name="elsewhere", url=receiver.url(), events=None)
-                partner = await partners.create_partner(conn, new, now=clock())
+                partner = await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
             await worker.start()
             await asyncio.wait_for(worker.listener.listening.wait(), timeout=10)
             for index in range(3):  # no wake= here: this engine stands for another process

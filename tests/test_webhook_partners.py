@@ -77,6 +77,7 @@ def test_onboarding_answers_the_secret_once(make_client: Any) -> None:
             "failingSince": None,
             "createdAt": "2026-06-29T12:00:00.000000Z",
             "updatedAt": "2026-06-29T12:00:00.000000Z",
+            "liveSecrets": 1,
             "previousSecretExpiresAt": None,
         }
         assert body["id"].startswith("ptn_")
@@ -186,19 +187,95 @@ def _only(request: Any, secret: str) -> str:
     return sign(request.body, [secret], int(request.headers["x-service-timestamp"]))
 
 
-def test_second_rotation_retires_the_oldest_secret(make_client: Any) -> None:
-    """Two live secrets at most: a rotation inside the overlap drops the oldest at once."""
-    with Receiver() as receiver, make_client(**settings()) as client:
+def test_two_quick_rotations_keep_the_original_signing_until_its_overlap(
+    make_client: Any, clock: Any
+) -> None:
+    """A second rotation inside the overlap (a retried call) drops no secret: the original signs
+    until its own overlap ends, then only the two newer ones, then the newest alone."""
+    with Receiver() as receiver, make_client(**settings(secret_rotation_overlap=600)) as client:
         partner = onboard(client, receiver.url())
+        rotate = f"/admin/partners/{partner['id']}/rotate-secret"
         first = partner["secret"]
-        second = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json["secret"]
-        third = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json["secret"]
+        second = client.post(rotate, headers=AUTH).json["secret"]
+        clock.advance(60)
+        answer = client.post(rotate, headers=AUTH).json
+        third = answer["secret"]
+        assert answer["liveSecrets"] == 3
+        assert answer["previousSecretExpiresAt"] == "2026-06-29T12:11:00.000000Z"
+
+        def signed_with() -> list[str]:
+            response = client.post(f"/admin/partners/{partner['id']}/test", headers=AUTH)
+            assert response.json["ok"] is True
+            signatures: list[str] = receiver.requests[-1].headers["x-service-signature"].split(",")
+            return signatures
+
+        def only(secret: str) -> str:
+            return _only(receiver.requests[-1], secret)
+
+        assert signed_with() == [only(third), only(second), only(first)]  # newest first
+        clock.advance(541)  # the first rotation's overlap has ended; the second's has not
+        assert signed_with() == [only(third), only(second)]
+        clock.advance(60)
+        assert signed_with() == [only(third)]
+
+
+def test_overlap_zero_ends_every_old_secret_now(make_client: Any, database_url: str) -> None:
+    """After a leak, a rotation with overlapSeconds 0 leaves the new secret alone, and the old
+    ones are gone from the database."""
+    with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        partner = onboard(client, receiver.url())
+        rotate = f"/admin/partners/{partner['id']}/rotate-secret"
+        client.post(rotate, headers=AUTH)
+        answer = client.post(rotate, json={"overlapSeconds": 0}, headers=AUTH)
+        assert answer.status == 200
+        assert (answer.json["liveSecrets"], answer.json["previousSecretExpiresAt"]) == (1, None)
         response = client.post(f"/admin/partners/{partner['id']}/test", headers=AUTH)
+        request = receiver.requests[-1]
         assert response.json["ok"] is True
-        [request] = receiver.requests
-        assert request.headers["x-service-signature"] == _only(request, third) + "," + _only(request, second)
-        with pytest.raises(Exception, match="No v1 signature"):
-            verify(request.headers, request.body, [first], now=float(request.headers["x-service-timestamp"]))
+        assert request.headers["x-service-signature"] == _only(request, answer.json["secret"])
+        assert client.run(_stored_secrets(client)) == 1
+
+
+async def _stored_secrets(client: Any) -> int:
+    from sqlalchemy import func, select
+
+    from service.db.tables import partner_secrets
+
+    async with client.app.ctx.engine.connect() as conn:
+        return int((await conn.execute(select(func.count()).select_from(partner_secrets))).scalar_one())
+
+
+def test_an_expired_secret_is_deleted_from_the_database(make_client: Any, clock: Any, database_url: str) -> None:
+    """Once its overlap has ended, an old secret is not kept: the next claim deletes it."""
+    options = settings(secret_rotation_overlap=600)
+    with Receiver() as receiver, make_client(database_url=database_url, **options) as client:
+        partner = onboard(client, receiver.url())
+        client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH)
+        assert client.run(_stored_secrets(client)) == 2
+        clock.advance(601)
+        publish(client, room_claimed())
+        drain(client)
+        assert len(receiver.requests) == 1
+        assert client.run(_stored_secrets(client)) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"overlapSeconds": -1}, "overlapSeconds"),
+        ({"overlapSeconds": "60"}, "overlapSeconds"),
+        ({"overlapSeconds": True}, "overlapSeconds"),
+        ({"overlapSeconds": 2_592_001}, "overlapSeconds"),
+        ({"overlap": 60}, "overlap"),
+    ],
+)
+def test_a_bad_overlap_is_refused(make_client: Any, body: dict[str, Any], field: str) -> None:
+    """overlapSeconds is a whole number of seconds from 0 to 30 days; other members are refused."""
+    with make_client(**settings()) as client:
+        partner = onboard(client, URL)
+        response = client.post(f"/admin/partners/{partner['id']}/rotate-secret", json=body, headers=AUTH)
+        assert response.status == 400
+        assert [error["field"] for error in response.json["errors"]] == [field]
 
 
 def test_secrets_never_reach_the_logs(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -272,7 +272,8 @@ def test_a_stored_numeric_host_is_never_connected_to(make_client: Any, clock: An
         async def store_partners() -> None:
             async with engine.begin() as conn:
                 for host in NUMERIC_HOSTS:
-                    await create_partner(conn, NewPartner(host, f"https://{host}:{port}/hook", None), now=clock())
+                    new = NewPartner(host, f"https://{host}:{port}/hook", None)
+                    await create_partner(conn, new, now=clock(), keyring=client.app.ctx.keyring)
 
         client.run(store_partners())
         publish(client, room_claimed())

@@ -17,9 +17,12 @@ from typing import Any
 
 from aiohttp import web
 
+from service.keyring import Keyring, parse_keys
 from service.webhooks import runtime
 
 ADMIN_TOKEN = "admin-test-token-of-the-webhook-tests"
+# A fixed Fernet key (32 bytes of 0x01) for tests that need SERVICE_SECRETS_KEY (PostgreSQL).
+TEST_SECRETS_KEY = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="
 AUTH = {"authorization": f"Bearer {ADMIN_TOKEN}"}
 
 
@@ -112,6 +115,11 @@ class Receiver:
             request.transport.close()
             return web.Response()
         return web.Response(status=reply.status, text=reply.body, headers=reply.headers)
+
+
+def fixed_keyring() -> Keyring:
+    """A keyring over ``TEST_SECRETS_KEY``."""
+    return parse_keys(TEST_SECRETS_KEY)
 
 
 def settings(receiver_timeout: float = 5.0, **overrides: Any) -> dict[str, Any]:

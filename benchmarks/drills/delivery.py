@@ -44,7 +44,15 @@ from benchmarks.drills.children import CLI_TIMEOUT, Children
 from benchmarks.drills.report import DrillDeadline, Report, skipped
 from service.webhooks.signing import DELIVERY_HEADER, EVENT_HEADER, SignatureError, verify
 from tests.processes import free_port
-from tests.webhook_helpers import ADMIN_TOKEN, AUTH, Received, Receiver, milestone, room_claimed
+from tests.webhook_helpers import (
+    ADMIN_TOKEN,
+    AUTH,
+    TEST_SECRETS_KEY,
+    Received,
+    Receiver,
+    milestone,
+    room_claimed,
+)
 
 DRILL = "at-least-once delivery"
 OK, ERROR, DROP, HANG = "ok", "500", "drop", "hang"
@@ -303,6 +311,7 @@ class Drill:
             "SERVICE_DATABASE_URL": url,
             "SERVICE_BASE_URL": self.base_url,
             "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "SERVICE_SECRETS_KEY": TEST_SECRETS_KEY,  # PostgreSQL needs one; every process shares it
             "SERVICE_WEBHOOK_ALLOW_PRIVATE_URLS": "1",
             "SERVICE_WEBHOOK_TIMEOUT": str(plan.timeout),
             "SERVICE_WEBHOOK_RETRY_SCHEDULE": plan.schedule,

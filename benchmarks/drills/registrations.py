@@ -141,6 +141,7 @@ def run(kind: str, workdir: Path, plan: Plan, postgres: str | None = None) -> Re
             "SERVICE_DATABASE_URL": url,
             "SERVICE_BASE_URL": f"http://127.0.0.1:{port}",
             "SERVICE_WAITLIST_RATE_LIMIT": "100000000/minute",  # one client address, many requests
+            "SERVICE_SECRETS_KEY": stores.SECRETS_KEY,  # serve on PostgreSQL does not start without one
         }
         args = ("--no-worker", "--workers", str(plan.workers))
         server = children.server("server", port, settings, *args)

@@ -25,6 +25,8 @@ from service.db.engine import create_engine, migrate
 from service.db.tables import deliveries, delivery_attempts, registrations
 from tests.scratch import admin_execute, redis_keys
 
+# Partner secrets' key for drill servers and workers (32 bytes of 0x04): every process of a drill shares it.
+SECRETS_KEY = "BAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ="
 NO_POSTGRES = "no PostgreSQL: set SERVICE_DRILL_POSTGRES_URL or SERVICE_TEST_POSTGRES_URL"
 NO_REDIS = "no Redis: set SERVICE_DRILL_REDIS_URL or SERVICE_TEST_REDIS_URL"
 

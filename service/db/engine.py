@@ -2,11 +2,19 @@
 
 The operator writes ``sqlite:///var/service.db`` or ``postgresql://user@host/db``; the service picks
 the async driver (aiosqlite, asyncpg). SQLite runs in WAL mode so readers never block the writer.
+
+The SQLite file holds partner secrets (sealed) and registrants' addresses, so it is private to its
+owner: its directory is made 0700, the database file is created 0600 before SQLite opens it (SQLite
+gives the ``-wal`` and ``-shm`` files the database file's mode), and files left readable by an
+earlier release are made private at every start (``private_sqlite_files``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +48,46 @@ def is_sqlite(database_url: str) -> bool:
     return make_url(database_url).get_backend_name() == "sqlite"
 
 
+PRIVATE_DIRECTORY = 0o700
+PRIVATE_FILE = 0o600
+# The files SQLite keeps beside a database in WAL mode, and the key file of service.keyring.
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal", ".key")
+
+
+def sqlite_path(database_url: str) -> Path | None:
+    """The file of a SQLite URL; None for other databases and in-memory SQLite."""
+    url = make_url(database_url)
+    if url.get_backend_name() != "sqlite" or not url.database or url.database == ":memory:":
+        return None
+    if url.database.startswith("file:"):
+        return None  # a URI filename: the operator manages it
+    return Path(url.database)
+
+
+def _ours(directory: Path, database: Path) -> bool:
+    """Whether ``directory`` holds nothing but this database's own files (it is the service's)."""
+    names = {database.name + suffix for suffix in SQLITE_COMPANIONS}
+    return all(entry.name in names for entry in directory.iterdir())
+
+
+def private_sqlite_files(database: Path) -> None:
+    """Make the database's directory (when it is the service's own) 0700 and its files 0600, and
+    create the database file 0600 if it does not exist yet."""
+    directory = database.parent
+    if not directory.exists():
+        directory.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
+        directory.chmod(PRIVATE_DIRECTORY)  # mkdir's mode is cut by the umask; this is not
+    elif _ours(directory, database) and stat.S_IMODE(directory.stat().st_mode) & 0o077:
+        directory.chmod(PRIVATE_DIRECTORY)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    for suffix in SQLITE_COMPANIONS:
+        path = database.with_name(database.name + suffix)
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_IMODE(path.stat().st_mode) & 0o077:
+                path.chmod(PRIVATE_FILE)
+
+
 def sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
@@ -58,8 +106,9 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
     # name the statement only.
     options["hide_parameters"] = True
     if url.get_backend_name() == "sqlite":
-        if url.database and url.database != ":memory:":
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        path = sqlite_path(database_url)
+        if path is not None:
+            private_sqlite_files(path)
         engine = create_async_engine(url, **options)
         event.listen(engine.sync_engine, "connect", sqlite_pragmas)
         return engine

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
 from typing import Any, Literal, NamedTuple, get_args
 
+from email_validator import EmailNotValidError
 from sqlalchemy import delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.clock import format_timestamp
 from service.db.tables import registrations
+from service.emails import identity
 
 COLUMNS = ("email", "intent", "project", "message", "createdAt", "updatedAt")
 Intent = Literal["claim", "member", "arcade"]  # claim a room, follow rooms, add arcade
@@ -21,10 +24,18 @@ INTENTS: tuple[Intent, ...] = get_args(Intent)
 def email_key(address: str) -> str:
     """The identity of an address: two registrations are the same person's when their keys match.
 
-    The waitlist stores each (key, intent) once, and erasure removes every row of a key, so both
-    compute it here and nowhere else.
+    email-validator's normalised form (Unicode NFC, the domain in IDNA ASCII), lower-cased
+    (``service.emails.identity``): ``José@Bücher.example`` in NFC or NFD, with its domain in
+    Unicode or as ``xn--bcher-kva.example``, is one key. The waitlist stores each (key, intent)
+    once, and erasure removes every row of a key, so both compute it here and nowhere else. An
+    address email-validator refuses (only rows stored under older rules can hold one) keys as its
+    NFC form lower-cased.
     """
-    return address.strip().lower()
+    address = address.strip()
+    try:
+        return identity(address)
+    except EmailNotValidError:
+        return unicodedata.normalize("NFC", address).lower()
 
 
 class Registration(NamedTuple):

@@ -85,9 +85,6 @@ partners = Table(
     Column("url", String(2048), nullable=False),
     Column("events", Text),  # JSON array of event kinds, NULL for every kind
     Column("status", String(16), nullable=False),  # active | paused | disabled
-    Column("secret", String(128), nullable=False),
-    Column("previous_secret", String(128)),
-    Column("previous_secret_expires_at", UTCDateTime()),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("max_in_flight", Integer),  # NULL: SERVICE_WEBHOOK_MAX_IN_FLIGHT
@@ -98,6 +95,20 @@ partners = Table(
     Column("circuit_open_until", UTCDateTime()),
     Column("circuit_cooldown", Float),
 )
+
+# Every secret a partner's deliveries are signed with: the current one (expires_at NULL) and
+# those a rotation left signing until their expiry. Stored sealed (service.keyring); a row whose
+# expiry has passed is deleted, never kept.
+partner_secrets = Table(
+    "partner_secrets",
+    metadata,
+    Column("id", Integer().with_variant(BigInteger(), "postgresql"), primary_key=True),
+    Column("partner_id", String(40), ForeignKey("partners.id", ondelete="CASCADE"), nullable=False),
+    Column("secret", Text, nullable=False),  # "fernet:" + token; plaintext only before sealing
+    Column("created_at", UTCDateTime(), nullable=False),
+    Column("expires_at", UTCDateTime()),  # NULL: the current secret
+)
+Index("ix_partner_secrets_partner_id", partner_secrets.c.partner_id)
 
 events = Table(
     "events",

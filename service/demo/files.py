@@ -21,6 +21,7 @@ from alembic.script import ScriptDirectory
 from service.db.engine import alembic_config
 from service.demo import scenario
 from service.demo.driver import Summary, generate
+from service.keyring import KEY_FILE_SUFFIX
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DEMO_PATH = PROJECT_ROOT / "var" / "demo.db"
@@ -68,7 +69,10 @@ def write(
     """Generate into a temporary file beside ``out``, then move it into place in one step."""
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_name(f"{out.name}.{os.getpid()}.partial")
-    for leftover in (partial, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
+    # The key file beside the database (service.keyring) goes with it: the partners' secrets in the
+    # demo database are encrypted under it.
+    partial_key, out_key = (path.with_name(path.name + KEY_FILE_SUFFIX) for path in (partial, out))
+    for leftover in (partial, partial_key, *(partial.with_name(partial.name + s) for s in ("-wal", "-shm"))):
         leftover.unlink(missing_ok=True)
     try:
         summary = asyncio.run(generate(partial, seed, registrations=registrations, events=events))
@@ -76,9 +80,12 @@ def write(
             # One self-contained file (no -wal beside it), stamped with what made it.
             conn.execute("PRAGMA journal_mode=DELETE")
             conn.execute(f"PRAGMA user_version={fingerprint(seed, registrations, events)}")
+        if partial_key.exists():
+            os.replace(partial_key, out_key)
         os.replace(partial, out)
     finally:
         partial.unlink(missing_ok=True)
+        partial_key.unlink(missing_ok=True)
     return summary
 
 

@@ -50,7 +50,9 @@ def create_blueprint() -> Blueprint:
 
     @bp.post("/partners/<partner_id:str>/rotate-secret")
     async def rotate(request: Request, partner_id: str) -> HTTPResponse:
-        return json_response(await _ops(request).rotate_secret(partner_id))
+        # The body is optional: no body at all rotates with the default overlap.
+        data = read_body(request, form=False) if request.body else {}
+        return json_response(await _ops(request).rotate_secret(partner_id, data))
 
     @bp.post("/partners/<partner_id:str>/retry")
     async def retry(request: Request, partner_id: str) -> HTTPResponse:

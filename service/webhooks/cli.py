@@ -20,38 +20,55 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import commands
 from service.clock import utc_now
+from service.keyring import load_keyring
 from service.settings import Settings
 from service.webhooks.operations import Operations
+from service.webhooks.partners import seal_plaintext
 from service.webhooks.worker_http import DEFAULT_HOST, DEFAULT_PORT
 
 Command = Callable[[argparse.Namespace, Settings], int]
 log = logging.getLogger(__name__)
 
 
-def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]]) -> int:
+def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, secrets: bool = False) -> int:
     """Run ``work(operations)`` as a command (``service.commands.run``), with a sender of its own
-    for test deliveries."""
+    for test deliveries. A command that handles ``secrets`` loads the key first (and refuses to
+    start without one, ``service.keyring``), then seals secrets stored before sealing."""
     from service.webhooks.sender import Sender
 
+    keyring = load_keyring(settings) if secrets else None
+
     async def with_operations(engine: AsyncEngine) -> Any:
+        if keyring is not None:
+            async with engine.begin() as conn:
+                await seal_plaintext(conn, keyring)
         sender = Sender(
             timeout=settings.webhook_timeout,
             allow_private=settings.webhook_allow_private_urls,
             clock=utc_now,
         )
         async with sender:
-            return await work(Operations(engine, settings, utc_now, sender))
+            return await work(Operations(engine, settings, utc_now, sender, keyring=keyring))
 
     return commands.run(settings, with_operations)
 
 
-def _on_partner(operation: Callable[[Operations, str], Awaitable[Any]]) -> Command:
+def _on_partner(operation: Callable[[Operations, str], Awaitable[Any]], *, secrets: bool = False) -> Command:
     """A command whose one argument is a partner id."""
 
     def command(args: argparse.Namespace, settings: Settings) -> int:
-        return _run(settings, lambda operations: operation(operations, args.id))
+        return _run(settings, lambda operations: operation(operations, args.id), secrets=secrets)
 
     return command
+
+
+def cmd_rotate(args: argparse.Namespace, settings: Settings) -> int:
+    data = {} if args.overlap is None else {"overlapSeconds": args.overlap}
+    return _run(settings, lambda operations: operations.rotate_secret(args.id, data), secrets=True)
+
+
+def cmd_reencrypt(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(settings, lambda operations: operations.reencrypt_secrets(), secrets=True)
 
 
 # --- partners ---------------------------------------------------------------------------------
@@ -65,7 +82,7 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
     data: dict[str, Any] = {"name": args.name, "url": args.url}
     if args.events is not None:
         data["events"] = _kinds(args.events)
-    return _run(settings, lambda operations: operations.onboard(data))
+    return _run(settings, lambda operations: operations.onboard(data), secrets=True)
 
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -104,12 +121,22 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
     from service.webhooks.worker import Worker
 
     engine = create_engine(settings.database_url)
+    keyring = load_keyring(settings)
+    async with engine.begin() as conn:  # what migration 0005 moved in plaintext
+        await seal_plaintext(conn, keyring)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     metrics = Metrics()
-    worker = Worker(engine, settings=settings, clock=utc_now, metrics=metrics, concurrency=args.concurrency)
+    worker = Worker(
+        engine,
+        settings=settings,
+        clock=utc_now,
+        metrics=metrics,
+        concurrency=args.concurrency,
+        keyring=keyring,
+    )
     app = worker_http.create_app(
         heartbeat=worker,
         engine=engine,
@@ -141,15 +168,17 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
     from service.db.engine import migrate
 
+    load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     logs.configure()  # JSON lines on stderr, like serve
     migrate(settings.database_url)
     return asyncio.run(_work(settings, args))
 
 
 DATABASE = commands.DATABASE
-PARTNER_URLS = ("database_url", "webhook_allow_private_urls")  # a URL's destination is checked
+SECRETS = ("database_url", "secrets_key")  # partner secrets are sealed or opened
+PARTNER_URLS = (*SECRETS, "webhook_allow_private_urls")  # a URL's destination is checked
 TESTING = (*PARTNER_URLS, "webhook_timeout")
-ROTATING = ("database_url", "secret_rotation_overlap")
+ROTATING = (*SECRETS, "secret_rotation_overlap")
 DELIVERING = (
     *TESTING,
     "webhook_retry_schedule",
@@ -188,18 +217,36 @@ def register(group: Any) -> None:
         ("show", _on_partner(Operations.show_partner), "one partner, without its secret", DATABASE),
         ("pause", _on_partner(Operations.pause), "hold the partner's deliveries", DATABASE),
         ("resume", _on_partner(Operations.resume), "deliver what waited, and what comes", DATABASE),
-        ("test", _on_partner(Operations.test), "send a signed test delivery now", TESTING),
-        (
-            "rotate-secret",
-            _on_partner(Operations.rotate_secret),
-            "issue a new secret; the old one signs for the overlap",
-            ROTATING,
-        ),
+        ("test", _on_partner(Operations.test, secrets=True), "send a signed test delivery now", TESTING),
         ("retry", _on_partner(Operations.retry), "requeue the partner's failed deliveries", DATABASE),
     ):
         command = commands.add_command(partner_commands, name, summary, settings=settings)
         command.add_argument("id", help="partner id")
         command.set_defaults(run=run)
+    rotate = commands.add_command(
+        partner_commands,
+        "rotate-secret",
+        "issue a new secret; the live ones sign for the overlap",
+        details="Prints the new secret once. The secrets live until now keep signing for --overlap "
+        "seconds (default SERVICE_SECRET_ROTATION_OVERLAP), never longer than an earlier rotation "
+        "left them; --overlap 0 ends them now (after a leak).",
+        settings=ROTATING,
+    )
+    rotate.add_argument("id", help="partner id")
+    rotate.add_argument("--overlap", type=int, metavar="SECONDS", help="seconds the old secrets keep signing")
+    rotate.set_defaults(run=cmd_rotate)
+
+    keys = commands.add_command(group, "secrets", "partner secrets at rest", settings=SECRETS)
+    key_commands = keys.add_subparsers(dest="secrets_command", required=True, metavar="COMMAND")
+    commands.add_command(
+        key_commands,
+        "re-encrypt",
+        "encrypt every partner secret under the newest key",
+        details="After putting a new key first in SERVICE_SECRETS_KEY: every stored secret is "
+        "re-encrypted under it (and expired ones deleted), so the older keys can then be dropped. "
+        'Prints {"reencrypted": n, "expiredDeleted": n, "keys": n}.',
+        settings=SECRETS,
+    ).set_defaults(run=cmd_reencrypt)
 
     events = commands.add_command(group, "events", "webhook events", settings=DATABASE)
     event_commands = events.add_subparsers(dest="events_command", required=True, metavar="COMMAND")

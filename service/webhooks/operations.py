@@ -22,8 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit import audited, reports, unaudited
 from service.clock import Clock, format_timestamp
-from service.exceptions import UnknownResource, invalid
+from service.exceptions import StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
+from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.webhooks import outbox, partners, stats
@@ -100,6 +101,28 @@ def test_result(delivery: TestDelivery) -> Document:
     }
 
 
+UNREADABLE = (
+    "The partner's secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; add that "
+    "key again, or rotate the secret."
+)
+UNREADABLE_STORE = (
+    "A stored partner secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; list "
+    "that key after the newest and run this again."
+)
+MAX_OVERLAP_SECONDS = 30 * 86400  # a month: longer than any verifier rollout needs
+
+
+def rotation_overlap(data: Mapping[str, Any], default: int) -> int:
+    """``{overlapSeconds?}`` of a rotation: a whole number of seconds, 0 to a month."""
+    refuse_unknown(data, ("overlapSeconds",))
+    value = data.get("overlapSeconds")
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OVERLAP_SECONDS:
+        raise invalid("overlapSeconds", "invalid", f"Must be a whole number from 0 to {MAX_OVERLAP_SECONDS}.")
+    return value
+
+
 def unknown_partner() -> UnknownResource:
     return UnknownResource("No partner has this id.")
 
@@ -114,6 +137,15 @@ class Operations:
     resolve: Resolve = system_resolve
     notifier: Notifier = field(default_factory=Quiet)
     ids: IdSource = new_id
+    # None: the settings' own (``service.keyring.load_keyring``), loaded by the first operation
+    # that seals or opens a secret, so listings work where no key is configured.
+    keyring: Keyring | None = None
+
+    @property
+    def _keyring(self) -> Keyring:
+        if self.keyring is None:
+            self.keyring = load_keyring(self.settings)
+        return self.keyring
 
     # --- partners -----------------------------------------------------------------------------
 
@@ -124,11 +156,17 @@ class Operations:
         await partners.check_destination(
             new.url, allow_private=self.settings.webhook_allow_private_urls, resolve=self.resolve
         )
+        secret = partners.new_secret()
         async with self.engine.begin() as conn:
             partner = await partners.create_partner(
-                conn, new, now=self.clock(), partner_id=self.ids(partners.PARTNER_PREFIX)
+                conn,
+                new,
+                now=self.clock(),
+                keyring=self._keyring,
+                secret=secret,
+                partner_id=self.ids(partners.PARTNER_PREFIX),
             )
-        return {**partner.public(self.clock()), "secret": partner.secret}
+        return {**partner.public(self.clock()), "secret": secret}
 
     async def list_partners(self) -> Document:
         async with self.engine.connect() as conn:
@@ -163,24 +201,43 @@ class Operations:
 
     async def test(self, partner_id: str) -> Document:
         """One signed ``webhook.test`` delivery, sent now with every live secret; never retried."""
-        partner = await self.partner(partner_id)
-        delivery = await send_test(
-            self.sender,
-            partner_id=partner.id,
-            url=partner.url,
-            secrets=partner.live_secrets(self.clock()),
-        )
+        async with self.engine.begin() as conn:
+            # The secrets first: their read starts by deleting expired ones, and on SQLite a
+            # transaction that writes before it reads never has to upgrade a read lock.
+            try:
+                secrets = await partners.live_secrets(
+                    conn, partner_id, now=self.clock(), keyring=self._keyring
+                )
+            except UnreadableSecret:
+                raise StateConflict(UNREADABLE) from None
+            partner = await partners.get_partner(conn, partner_id)
+            if partner is None:
+                raise unknown_partner()
+        delivery = await send_test(self.sender, partner_id=partner.id, url=partner.url, secrets=secrets)
         return test_result(delivery)
 
-    async def rotate_secret(self, partner_id: str) -> Document:
+    async def rotate_secret(self, partner_id: str, data: Mapping[str, Any] | None = None) -> Document:
+        """A new secret; the live ones sign for ``{overlapSeconds}`` more (default
+        ``SERVICE_SECRET_ROTATION_OVERLAP``; ``0`` ends them now), never longer than they had."""
+        overlap = rotation_overlap(data or {}, self.settings.secret_rotation_overlap)
         async with self.engine.begin() as conn:
             rotated = await partners.rotate_secret(
-                conn, partner_id, now=self.clock(), overlap=self.settings.secret_rotation_overlap
+                conn, partner_id, now=self.clock(), overlap=overlap, keyring=self._keyring
             )
         if rotated is None:
             raise unknown_partner()
         partner, secret = rotated
         return {**partner.public(self.clock()), "secret": secret}
+
+    async def reencrypt_secrets(self) -> Document:
+        """Seal every partner secret under the newest key of ``SERVICE_SECRETS_KEY``."""
+        async with self.engine.begin() as conn:
+            expired = await partners.delete_expired_secrets(conn, now=self.clock())  # a write first
+            try:
+                count = await partners.reseal_secrets(conn, self._keyring)
+            except UnreadableSecret:
+                raise StateConflict(UNREADABLE_STORE) from None
+        return {"reencrypted": count, "expiredDeleted": expired, "keys": self._keyring.keys}
 
     async def retry(self, partner_id: str) -> Document:
         """Make the partner's failed deliveries pending again, due now."""

@@ -19,6 +19,7 @@ Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -31,6 +32,7 @@ from sqlalchemy import (
     any_,
     bindparam,
     case,
+    delete,
     func,
     literal_column,
     null,
@@ -42,14 +44,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from ulid import ULID
 
 from service.clock import format_timestamp
-from service.db.tables import UTCDateTime, deliveries, delivery_attempts, events, partners
+from service.db.tables import UTCDateTime, deliveries, delivery_attempts, events, partner_secrets, partners
 from service.events import EventPayload, dedupe_key, dump_payload, parse_event
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
+from service.keyring import Keyring, UnreadableSecret
 from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.notify import notify
-from service.webhooks.partners import ACTIVE, DISABLED, PAUSED, live_secrets, pause_many
+from service.webhooks.partners import ACTIVE, DISABLED, PAUSED, pause_many
 from service.webhooks.states import CLAIMABLE, STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
+
+log = logging.getLogger(__name__)
 
 PENDING = DeliveryStatus.PENDING
 DELIVERING = DeliveryStatus.DELIVERING
@@ -273,9 +278,6 @@ _CLAIMED_JOBS = (
         events.c.payload,
         partners.c.id.label("partner_id"),
         partners.c.url,
-        partners.c.secret,
-        partners.c.previous_secret,
-        partners.c.previous_secret_expires_at,
         partners.c.circuit_open_until,
     )
     .join(events, events.c.id == deliveries.c.event_id)
@@ -287,6 +289,51 @@ _CLAIMED_JOBS = (
     )
     .order_by(deliveries.c.created_at, deliveries.c.event_id, deliveries.c.partner_id)
 )
+# The stored secrets of the partners one claim took, newest first, found by what the claim wrote
+# (as above). Each is opened once per claim, not once per delivery.
+_CLAIMED_SECRETS = (
+    select(
+        partner_secrets.c.id,
+        partner_secrets.c.partner_id,
+        partner_secrets.c.secret,
+        partner_secrets.c.expires_at,
+    )
+    .where(
+        partner_secrets.c.partner_id.in_(
+            select(deliveries.c.partner_id).where(
+                _CLAIMABLE,
+                deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+                deliveries.c.claim_token == bindparam("b_token"),
+            )
+        )
+    )
+    .order_by(partner_secrets.c.id.desc())
+)
+
+
+async def _claimed_secrets(
+    conn: AsyncConnection, *, token: str, until: datetime, now: datetime, keyring: Keyring
+) -> dict[str, tuple[str, ...]]:
+    """Partner id -> its live secrets, opened, newest first; expired ones found are deleted.
+
+    A secret no configured key opens (its key was dropped from ``SERVICE_SECRETS_KEY`` too soon) is
+    left out with an error line; a partner left with none is absent from the answer.
+    """
+    found: dict[str, list[str]] = {}
+    expired: list[int] = []
+    for row in await conn.execute(_CLAIMED_SECRETS, {"b_until": until, "b_token": token}):
+        if row.expires_at is not None and row.expires_at <= now:
+            expired.append(row.id)
+            continue
+        try:
+            secret = keyring.open(row.secret)
+        except UnreadableSecret as error:
+            log.error("partner secret unreadable: %s", error, extra={"partner": row.partner_id})
+            continue
+        found.setdefault(row.partner_id, []).append(secret)
+    if expired:  # rare: once per secret, the first claim after its overlap ended
+        await conn.execute(delete(partner_secrets).where(partner_secrets.c.id.in_(expired)))
+    return {partner_id: tuple(secrets) for partner_id, secrets in found.items()}
 
 
 async def claim_due(
@@ -296,6 +343,7 @@ async def claim_due(
     limit: int,
     lease: timedelta,
     default_cap: int,
+    keyring: Keyring,
     token: str | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap.
@@ -312,15 +360,14 @@ async def claim_due(
     )
     if not claimed.rowcount:
         return []
-    rows = await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})
-    signing: dict[str, tuple[str, ...]] = {}  # partner id -> live secrets; partners are few
+    rows = (await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})).all()
+    signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
     jobs = []
     for row in rows:
-        secrets = signing.get(row.partner_id)
-        if secrets is None:
-            secrets = signing[row.partner_id] = tuple(
-                live_secrets(row.secret, row.previous_secret, row.previous_secret_expires_at, now)
-            )
+        if row.partner_id not in signing:
+            # Nothing to sign with (see _claimed_secrets): left claimed, it is due again when the
+            # lease ends, and goes out once the key is back in SERVICE_SECRETS_KEY.
+            continue
         jobs.append(
             Job(
                 row.id,
@@ -330,7 +377,7 @@ async def claim_due(
                 row.url,
                 row.payload.encode(),
                 row.attempts + 1,
-                secrets,
+                signing[row.partner_id],
                 token,
                 until,
                 row.circuit_open_until is not None,

@@ -3,10 +3,18 @@
 Secrets are ``whsec_`` + the standard base64 of 32 bytes from ``secrets`` (the Standard Webhooks
 form, so its libraries take them unchanged; partners onboarded earlier hold ``token_urlsafe(32)``
 secrets, which keep working: see ``signing.standard_key``) and leave the service only in the answer
-to an onboarding or a rotation; ``Partner.public()`` (what listings show) and ``repr`` never hold them.
-A rotation keeps the previous secret signing for ``Settings.secret_rotation_overlap`` seconds, so a
-partner can roll its verifier without dropping a delivery; a second rotation inside the overlap
-retires the oldest secret at once (two secrets are live at most).
+to an onboarding or a rotation; ``Partner`` (what listings show) never holds them. They are stored
+sealed (``service.keyring``) in ``partner_secrets`` and opened only to sign: by the claim
+(``outbox.claim_due``) and by a test delivery (``live_secrets``).
+
+A rotation issues a new current secret; the secrets live until then keep signing for the overlap
+(``Settings.secret_rotation_overlap`` or the call's own), so a partner can roll its verifier without
+dropping a delivery. An old secret's expiry is only ever brought closer: a rotation with a shorter
+overlap than what an earlier one left (``0``: none, after a leak) ends it sooner, and one with a
+longer overlap leaves it as it was. So however many rotations come in between (a retried call
+whose first answer was lost), no secret stops signing before its overlap ends, unless a rotation
+asked for that. A secret whose expiry has passed is deleted: at the next rotation, or when a claim
+or a test delivery finds it.
 """
 
 from __future__ import annotations
@@ -19,15 +27,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.clock import format_timestamp
-from service.db.tables import deliveries, partners
+from service.db.tables import deliveries, partner_secrets, partners
 from service.events import EVENT_MODELS
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
+from service.keyring import SEALED, Keyring
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
 from service.webhooks.breaker import BreakerState, circuit
@@ -66,22 +75,21 @@ class Partner:
     status: str
     created_at: datetime
     updated_at: datetime
-    secret: str = field(repr=False)
-    previous_secret: str | None = field(default=None, repr=False)
-    previous_secret_expires_at: datetime | None = None
     max_in_flight: int | None = None  # None: SERVICE_WEBHOOK_MAX_IN_FLIGHT
     breaker: BreakerState = field(default_factory=BreakerState)
+    old_secrets_expire: tuple[datetime, ...] = ()  # each old secret's expiry; never the secrets
 
     def wants(self, kind: str) -> bool:
         return self.events is None or kind in self.events
 
-    def live_secrets(self, now: datetime) -> list[str]:
-        """Secrets that sign a delivery at ``now``, newest first."""
-        return live_secrets(self.secret, self.previous_secret, self.previous_secret_expires_at, now)
+    def old_secrets_end(self, now: datetime) -> datetime | None:
+        """When the last old secret still signing at ``now`` stops; None when only one signs."""
+        live = [expires for expires in self.old_secrets_expire if expires > now]
+        return max(live) if live else None
 
     def public(self, now: datetime) -> dict[str, Any]:
         """What admins see in listings: everything but secret material, the circuit as of ``now``."""
-        expires = self.previous_secret_expires_at
+        expires = self.old_secrets_end(now)
         failing_since = self.breaker.failing_since
         return {
             "id": self.id,
@@ -95,16 +103,9 @@ class Partner:
             "failingSince": format_timestamp(failing_since) if failing_since is not None else None,
             "createdAt": format_timestamp(self.created_at),
             "updatedAt": format_timestamp(self.updated_at),
+            "liveSecrets": 1 + sum(1 for expires in self.old_secrets_expire if expires > now),
             "previousSecretExpiresAt": format_timestamp(expires) if expires is not None else None,
         }
-
-
-def live_secrets(
-    secret: str, previous: str | None, previous_expires_at: datetime | None, now: datetime
-) -> list[str]:
-    if previous and previous_expires_at is not None and previous_expires_at > now:
-        return [secret, previous]
-    return [secret]
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class NewPartner:
     max_in_flight: int | None = None
 
 
-def _partner(row: RowMapping) -> Partner:
+def _partner(row: RowMapping, old_secrets_expire: Sequence[datetime] = ()) -> Partner:
     kinds = json.loads(row["events"]) if row["events"] is not None else None
     return Partner(
         id=row["id"],
@@ -125,9 +126,7 @@ def _partner(row: RowMapping) -> Partner:
         status=row["status"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        secret=row["secret"],
-        previous_secret=row["previous_secret"],
-        previous_secret_expires_at=row["previous_secret_expires_at"],
+        old_secrets_expire=tuple(old_secrets_expire),
         max_in_flight=row["max_in_flight"],
         breaker=BreakerState(
             consecutive_failures=row["consecutive_failures"],
@@ -270,9 +269,11 @@ async def create_partner(
     new: NewPartner,
     *,
     now: datetime,
+    keyring: Keyring,
     secret: str | None = None,
     partner_id: str | None = None,
 ) -> Partner:
+    """Store a new partner with ``secret`` (a new one if not given), sealed."""
     partner = Partner(
         id=partner_id or new_partner_id(),
         name=new.name,
@@ -281,7 +282,6 @@ async def create_partner(
         status=ACTIVE,
         created_at=now,
         updated_at=now,
-        secret=secret or new_secret(),
         max_in_flight=new.max_in_flight,
     )
     await conn.execute(
@@ -291,26 +291,43 @@ async def create_partner(
             url=partner.url,
             events=json.dumps(list(new.events)) if new.events is not None else None,
             status=ACTIVE,
-            secret=partner.secret,
             max_in_flight=new.max_in_flight,
             created_at=now,
             updated_at=now,
         )
     )
+    await _add_secret(conn, partner.id, keyring.seal(secret or new_secret()), now=now)
     return partner
 
 
+async def _add_secret(conn: AsyncConnection, partner_id: str, sealed: str, *, now: datetime) -> None:
+    await conn.execute(
+        partner_secrets.insert().values(partner_id=partner_id, secret=sealed, created_at=now, expires_at=None)
+    )
+
+
+_OLD_SECRETS = select(partner_secrets.c.partner_id, partner_secrets.c.expires_at).where(
+    partner_secrets.c.expires_at.is_not(None)
+)
+
+
 async def list_partners(conn: AsyncConnection) -> list[Partner]:
+    expiries: dict[str, list[datetime]] = {}
+    for row in await conn.execute(_OLD_SECRETS):
+        expiries.setdefault(row.partner_id, []).append(row.expires_at)
     result = await conn.execute(
         select(partners).where(partners.c.status != REMOVED).order_by(partners.c.created_at, partners.c.id)
     )
-    return [_partner(row) for row in result.mappings()]
+    return [_partner(row, expiries.get(row["id"], ())) for row in result.mappings()]
 
 
 async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
     result = await conn.execute(select(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED))
     row = result.mappings().first()
-    return _partner(row) if row is not None else None
+    if row is None:
+        return None
+    old = await conn.execute(_OLD_SECRETS.where(partner_secrets.c.partner_id == partner_id))
+    return _partner(row, [found.expires_at for found in old])
 
 
 async def set_status(
@@ -332,27 +349,86 @@ async def set_status(
     return await get_partner(conn, partner_id)
 
 
-async def rotate_secret(
-    conn: AsyncConnection, partner_id: str, *, now: datetime, overlap: float, secret: str | None = None
-) -> tuple[Partner, str] | None:
-    """A new secret; the current one becomes the previous, signing until ``now + overlap``."""
-    fresh = secret or new_secret()
-    # SET expressions read the row as it was, so previous_secret takes the old secret.
+def _expired(now: datetime) -> Any:
+    return partner_secrets.c.expires_at.is_not(None) & (partner_secrets.c.expires_at <= now)
+
+
+async def live_secrets(
+    conn: AsyncConnection, partner_id: str, *, now: datetime, keyring: Keyring
+) -> list[str]:
+    """The partner's secrets that sign at ``now``, newest first, opened; expired ones are deleted."""
+    await conn.execute(
+        delete(partner_secrets).where(partner_secrets.c.partner_id == partner_id, _expired(now))
+    )
     result = await conn.execute(
-        update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
-        .values(
-            previous_secret=partners.c.secret,
-            secret=fresh,
-            previous_secret_expires_at=now + timedelta(seconds=overlap),
-            updated_at=now,
-        )
+        select(partner_secrets.c.secret)
+        .where(partner_secrets.c.partner_id == partner_id)
+        .order_by(partner_secrets.c.id.desc())
+    )
+    return [keyring.open(stored) for stored in result.scalars()]
+
+
+async def delete_expired_secrets(conn: AsyncConnection, *, now: datetime) -> int:
+    """Delete every secret whose overlap has ended, across partners; how many went."""
+    result = await conn.execute(delete(partner_secrets).where(_expired(now)))
+    return int(result.rowcount)
+
+
+async def rotate_secret(
+    conn: AsyncConnection,
+    partner_id: str,
+    *,
+    now: datetime,
+    overlap: float,
+    keyring: Keyring,
+    secret: str | None = None,
+) -> tuple[Partner, str] | None:
+    """A new current secret; the ones live until now sign until ``now + overlap`` at the latest
+    (an old secret's earlier expiry is kept), and those whose time is up are deleted."""
+    fresh = secret or new_secret()
+    # The write comes first, so SQLite never upgrades a read lock (and PostgreSQL holds the
+    # partner's row until commit: two rotations of one partner take turns).
+    result = await conn.execute(
+        update(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED).values(updated_at=now)
     )
     if result.rowcount == 0:
         return None
+    ends = now + timedelta(seconds=overlap)
+    mine = partner_secrets.c.partner_id == partner_id
+    await conn.execute(
+        update(partner_secrets)
+        .where(mine, (partner_secrets.c.expires_at.is_(None)) | (partner_secrets.c.expires_at > ends))
+        .values(expires_at=ends)
+    )
+    await conn.execute(delete(partner_secrets).where(mine, _expired(now)))
+    await _add_secret(conn, partner_id, keyring.seal(fresh), now=now)
     partner = await get_partner(conn, partner_id)
     assert partner is not None
     return partner, fresh
+
+
+async def reseal_secrets(conn: AsyncConnection, keyring: Keyring, *, plaintext_only: bool = False) -> int:
+    """Seal every stored secret under the newest key (or only the plaintext ones); how many changed.
+
+    Raises ``service.keyring.UnreadableSecret`` when a secret was sealed with a key no longer listed.
+    """
+    query = select(partner_secrets.c.id, partner_secrets.c.secret).order_by(partner_secrets.c.id)
+    if plaintext_only:
+        query = query.where(partner_secrets.c.secret.not_like(f"{SEALED}%"))
+    changed = 0
+    for row in (await conn.execute(query)).all():
+        resealed = keyring.reseal(row.secret)
+        if resealed != row.secret:
+            await conn.execute(
+                update(partner_secrets).where(partner_secrets.c.id == row.id).values(secret=resealed)
+            )
+            changed += 1
+    return changed
+
+
+async def seal_plaintext(conn: AsyncConnection, keyring: Keyring) -> int:
+    """Seal the secrets stored before sealing (migration 0005 moved them in plaintext)."""
+    return await reseal_secrets(conn, keyring, plaintext_only=True)
 
 
 async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime) -> int:
@@ -398,10 +474,11 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     removed = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != REMOVED)
-        .values(status=REMOVED, secret="", previous_secret=None, previous_secret_expires_at=None, updated_at=now)
+        .values(status=REMOVED, updated_at=now)
     )
     if not removed.rowcount:
         return None
+    await conn.execute(delete(partner_secrets).where(partner_secrets.c.partner_id == partner_id))
     cancelled = await conn.execute(
         update(deliveries)
         .where(deliveries.c.partner_id == partner_id, deliveries.c.status.in_(UNDELIVERED))

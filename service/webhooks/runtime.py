@@ -67,6 +67,7 @@ def worker_for(app: App, *, rng: random.Random | None = None, **options: Any) ->
         rng=rng,
         resolve=resolver(ctx),
         wake=ctx.webhooks.wake,
+        keyring=ctx.keyring,
         **options,
     )
 
@@ -93,6 +94,7 @@ def install(app: App) -> None:
             resolve=resolver(ctx),
             notifier=AppNotifier(ctx),
             ids=ctx.ids,
+            keyring=ctx.keyring,
         )
 
     @app.after_server_start

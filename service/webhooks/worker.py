@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
 from service.db.writer import refused_rows
+from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
 from service.webhooks import outbox
@@ -133,10 +134,13 @@ class Worker:
         wake: asyncio.Event | None = None,
         concurrency: int = CONCURRENCY,
         poll_interval: float = POLL_INTERVAL,
+        keyring: Keyring | None = None,
     ) -> None:
+        """``keyring`` opens the partners' secrets; by default the settings' (``load_keyring``)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.engine = engine
+        self.keyring = keyring or load_keyring(settings)
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
@@ -393,6 +397,7 @@ class Worker:
             limit=limit,
             lease=self.lease,
             default_cap=self.settings.webhook_max_in_flight,
+            keyring=self.keyring,
         )
 
     async def _record_apart(self, records: Sequence[AttemptRecord]) -> None:

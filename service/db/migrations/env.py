@@ -27,6 +27,12 @@ async def _main() -> None:
     engine = create_engine(config.attributes["database_url"])
     try:
         async with engine.connect() as connection:
+            if connection.dialect.name == "sqlite":
+                # Batch migrations rebuild a table by copying it and dropping the old one; with
+                # foreign keys on, that drop would delete (or refuse for) every row referring to
+                # it. Alembic's documented remedy: foreign keys off while migrating (a PRAGMA
+                # that only takes effect outside a transaction, so before anything else).
+                await connection.exec_driver_sql("PRAGMA foreign_keys=OFF")
             await connection.run_sync(_run)
             await connection.commit()
     finally:
