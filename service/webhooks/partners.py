@@ -183,13 +183,17 @@ def _cap_errors(cap: object) -> list[FieldError]:
     if cap is not None and (
         isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT_LIMIT
     ):
-        return [FieldError("maxInFlight", "invalid", f"Must be a whole number from 1 to {MAX_IN_FLIGHT_LIMIT}.")]
+        return [
+            FieldError("maxInFlight", "invalid", f"Must be a whole number from 1 to {MAX_IN_FLIGHT_LIMIT}.")
+        ]
     return []
 
 
 def _unknown_members(data: Mapping[str, Any]) -> list[FieldError]:
     return [
-        FieldError(str(key), "unknown_field", "This member is not accepted.") for key in data if key not in MEMBERS
+        FieldError(str(key), "unknown_field", "This member is not accepted.")
+        for key in data
+        if key not in MEMBERS
     ]
 
 
@@ -322,7 +326,9 @@ async def list_partners(conn: AsyncConnection) -> list[Partner]:
 
 
 async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
-    result = await conn.execute(select(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED))
+    result = await conn.execute(
+        select(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED)
+    )
     row = result.mappings().first()
     if row is None:
         return None
@@ -389,7 +395,9 @@ async def rotate_secret(
     # The write comes first, so SQLite never upgrades a read lock (and PostgreSQL holds the
     # partner's row until commit: two rotations of one partner take turns).
     result = await conn.execute(
-        update(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED).values(updated_at=now)
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .values(updated_at=now)
     )
     if result.rowcount == 0:
         return None
@@ -482,9 +490,7 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     cancelled = await conn.execute(
         update(deliveries)
         .where(deliveries.c.partner_id == partner_id, deliveries.c.status.in_(UNDELIVERED))
-        .values(
-            status=DeliveryStatus.CANCELLED, claim_token=None, claimed_until=None, updated_at=now
-        )
+        .values(status=DeliveryStatus.CANCELLED, claim_token=None, claimed_until=None, updated_at=now)
     )
     return int(cancelled.rowcount)
 
