@@ -25,10 +25,10 @@ from limits import RateLimitItem, parse
 from limits.aio.storage import Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 from sanic import Blueprint, HTTPResponse, Request, Sanic
-from sanic.response import json as json_response
-from sanic.response import raw
 from sanic.exceptions import MethodNotAllowed, SanicException
 from sanic.exceptions import NotFound as SanicNotFound
+from sanic.response import json as json_response
+from sanic.response import raw
 
 from service import audit
 from service.errors import (
