@@ -25,13 +25,13 @@ SUCCESS_RATE = "attempt success rate"  # the name of the one definition of succe
 # An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
 # retries hide it: each failure delays a delivery by a retry delay at least.
 MIN_SUCCESS_RATE = 0.95
-STATUSES = ("pending", "delivering", "delivered", "failed")  # service.webhooks.outbox.STATUSES
+STATUSES = ("pending", "delivering", "delivered", "failed", "cancelled")  # service.webhooks.states
 
 By = str | Sequence[str] | None
 
 
 def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
-    """Columns ``*by, pending, delivering, delivered, failed, total``: deliveries in each state.
+    """Columns ``*by, pending, delivering, delivered, failed, cancelled, total``: deliveries per state.
 
     Every state has its column, zeros included, so a state nobody is in still shows.
     """

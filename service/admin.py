@@ -19,6 +19,7 @@ import hmac
 import logging
 import math
 import time
+from collections.abc import Collection
 from typing import Any
 
 from limits import RateLimitItem, parse
@@ -145,11 +146,19 @@ def record_actor(request: Request) -> None:
     audit.act_as(client_address(request))
 
 
-def admin_blueprint(name: str) -> Blueprint:
-    """A blueprint under /admin whose every route demands the bearer token."""
+def admin_blueprint(name: str, *, queries: Collection[str] = ()) -> Blueprint:
+    """A blueprint under /admin whose every route demands the bearer token, and whose routes but
+    ``queries`` (handler names; they read their parameters themselves) take no query parameters."""
     bp = Blueprint(name, url_prefix=PREFIX)
     bp.on_request(check_token, priority=100)
     bp.on_request(record_actor, priority=99)
+
+    def refuse_stray_parameters(request: Request) -> None:
+        route = request.route
+        if request.query_string and route is not None and route.handler.__name__ not in queries:
+            refuse_unknown(query_args(request), ())
+
+    bp.on_request(refuse_stray_parameters, priority=98)
     return bp
 
 
@@ -168,7 +177,7 @@ def _registrations(request: Request) -> RegistrationOperations:
 
 
 def create_blueprint() -> Blueprint:
-    bp = admin_blueprint("admin")
+    bp = admin_blueprint("admin", queries=("waitlist", "erase"))
 
     @bp.get("/waitlist")
     async def waitlist(request: Request) -> HTTPResponse:

@@ -143,6 +143,12 @@ class Client:
     def post(self, path: str, **kwargs: Any) -> Any:
         return self.request("post", path, **kwargs)
 
+    def patch(self, path: str, **kwargs: Any) -> Any:
+        return self.request("patch", path, **kwargs)
+
+    def delete(self, path: str, **kwargs: Any) -> Any:
+        return self.request("delete", path, **kwargs)
+
     def run(self, coro: Any) -> Any:
         """Run a coroutine on the server's loop (to read the database the app writes)."""
         return self._loop.run_until_complete(coro)

@@ -347,6 +347,7 @@ def test_states() -> None:
             "delivering": [0, 0],
             "delivered": [2, 1],
             "failed": [1, 0],
+            "cancelled": [0, 0],
             "total": [3, 2],
         }
     )
@@ -356,7 +357,7 @@ def test_states() -> None:
 def test_states_overall() -> None:
     """Without grouping, one row for all deliveries."""
     expected = pd.DataFrame(
-        {"pending": [1], "delivering": [0], "delivered": [3], "failed": [1], "total": [5]}
+        {"pending": [1], "delivering": [0], "delivered": [3], "failed": [1], "cancelled": [0], "total": [5]}
     )
     assert_frame_equal(deliveries.states(delivery_frame(), by=None), expected)
 

@@ -67,6 +67,11 @@ EXPECTED = {
     ("partners", "test"): {"database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout"},
     ("partners", "rotate-secret"): {"database_url", "secrets_key", "secret_rotation_overlap"},
     ("secrets", "re-encrypt"): {"database_url", "secrets_key"},
+    ("partners", "update"): {"database_url", "webhook_allow_private_urls"},
+    ("partners", "delete"): {"database_url"},
+    ("deliveries", "list"): {"database_url"},
+    ("deliveries", "replay"): {"database_url"},
+    ("deliveries", "resend"): {"database_url"},
     ("worker",): {
         "database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
         "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",

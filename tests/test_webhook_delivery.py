@@ -359,7 +359,7 @@ def test_deliveries_listing_filters(make_client: Any) -> None:
         bad = client.get("/admin/deliveries", params={"status": "lost"}, headers=AUTH)
         assert bad.status == 400
         assert bad.json["errors"] == [
-            {"field": "status", "code": "invalid", "message": "Must be one of: pending, delivering, delivered, failed."}
+            {"field": "status", "code": "invalid", "message": "Must be one of: pending, delivering, delivered, failed, cancelled."}
         ]
 
 

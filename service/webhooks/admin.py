@@ -9,6 +9,7 @@ and rotation.
 from __future__ import annotations
 
 from sanic import Blueprint, HTTPResponse, Request
+from sanic.response import empty
 from sanic.response import json as json_response
 
 from service.admin import admin_blueprint, query_args
@@ -22,7 +23,7 @@ def _ops(request: Request) -> Operations:
 
 
 def create_blueprint() -> Blueprint:
-    bp = admin_blueprint("webhook_admin")
+    bp = admin_blueprint("webhook_admin", queries=("list_deliveries",))
 
     @bp.post("/partners")
     async def onboard(request: Request) -> HTTPResponse:
@@ -35,6 +36,15 @@ def create_blueprint() -> Blueprint:
     @bp.get("/partners/<partner_id:str>")
     async def show(request: Request, partner_id: str) -> HTTPResponse:
         return json_response(await _ops(request).show_partner(partner_id))
+
+    @bp.patch("/partners/<partner_id:str>")
+    async def update(request: Request, partner_id: str) -> HTTPResponse:
+        return json_response(await _ops(request).update(partner_id, read_body(request, form=False)))
+
+    @bp.delete("/partners/<partner_id:str>")
+    async def remove(request: Request, partner_id: str) -> HTTPResponse:
+        await _ops(request).remove(partner_id)
+        return empty()
 
     @bp.post("/partners/<partner_id:str>/pause")
     async def pause(request: Request, partner_id: str) -> HTTPResponse:
@@ -66,5 +76,13 @@ def create_blueprint() -> Blueprint:
     async def list_deliveries(request: Request) -> HTTPResponse:
         query = DeliveryFilter.parse(query_args(request))
         return json_response(await _ops(request).list_deliveries(query))
+
+    @bp.post("/deliveries/replay")
+    async def replay(request: Request) -> HTTPResponse:
+        return json_response(await _ops(request).replay(read_body(request, form=False)), status=202)
+
+    @bp.post("/deliveries/<delivery_id:str>/resend")
+    async def resend(request: Request, delivery_id: str) -> HTTPResponse:
+        return json_response(await _ops(request).resend(delivery_id), status=202)
 
     return bp

@@ -1,4 +1,4 @@
-"""``python -m service partners|events|worker``: the operator's webhook commands.
+"""``python -m service partners|deliveries|events|secrets|worker``: the operator's webhook commands.
 
 They call the same functions as the admin routes. Answers are JSON on stdout; errors are the
 service's JSON error shape on stderr with exit status 1. A new or rotated secret is printed once,
@@ -22,7 +22,7 @@ from service import commands
 from service.clock import utc_now
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks.operations import Operations
+from service.webhooks.operations import DeliveryFilter, Operations
 from service.webhooks.partners import seal_plaintext
 from service.webhooks.worker_http import DEFAULT_HOST, DEFAULT_PORT
 
@@ -87,6 +87,45 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
     return _run(settings, lambda operations: operations.list_partners())
+
+
+def cmd_update(args: argparse.Namespace, settings: Settings) -> int:
+    data: dict[str, Any] = {}
+    if args.name is not None:
+        data["name"] = args.name
+    if args.url is not None:
+        data["url"] = args.url
+    if args.events is not None:
+        data["events"] = None if args.events == "all" else _kinds(args.events)
+    if args.max_in_flight is not None:
+        data["maxInFlight"] = None if args.max_in_flight == "default" else _whole(args.max_in_flight)
+    return _run(settings, lambda operations: operations.update(args.id, data))
+
+
+def _whole(text: str) -> int | str:
+    """An option's number as an int, or as given (the operation names what is wrong with it)."""
+    return int(text) if text.isascii() and text.isdigit() else text
+
+
+# --- deliveries -------------------------------------------------------------------------------
+
+
+def cmd_deliveries_list(args: argparse.Namespace, settings: Settings) -> int:
+    options = {"partner": args.partner, "status": args.status, "event": args.event}
+    options |= {"limit": args.limit, "offset": args.offset}
+    given = {name: value for name, value in options.items() if value is not None}
+    # Parsed inside the run, so a bad option is answered in the error shape like any refusal.
+    return _run(settings, lambda operations: operations.list_deliveries(DeliveryFilter.parse(given)))
+
+
+def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
+    data = {"since": args.since, "until": args.until, "partner": args.partner, "status": args.status}
+    body = {name: value for name, value in data.items() if value is not None}
+    return _run(settings, lambda operations: operations.replay(body))
+
+
+def cmd_resend(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(settings, lambda operations: operations.resend(args.id))
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -223,6 +262,33 @@ def register(group: Any) -> None:
         command = commands.add_command(partner_commands, name, summary, settings=settings)
         command.add_argument("id", help="partner id")
         command.set_defaults(run=run)
+    update = commands.add_command(
+        partner_commands,
+        "update",
+        "change a partner's name, URL, event kinds or cap",
+        details="Only the options given change. A new URL is checked as at onboarding; deliveries not "
+        "yet sent go to it. --events all (every kind) and --max-in-flight default undo a choice.",
+        settings=("database_url", "webhook_allow_private_urls"),
+    )
+    update.add_argument("id", help="partner id")
+    update.add_argument("--name", help="the partner's name, shown in listings")
+    update.add_argument("--url", help="https endpoint that receives signed deliveries")
+    update.add_argument("--events", help="comma-separated event kinds, or all")
+    update.add_argument(
+        "--max-in-flight", metavar="N", help="its own cap on attempts in flight, or default"
+    )
+    update.set_defaults(run=cmd_update)
+    delete = commands.add_command(
+        partner_commands,
+        "delete",
+        "remove a partner; its undelivered deliveries are cancelled",
+        details="Its secrets are deleted and its pending deliveries become cancelled: never sent. "
+        "Deliveries and attempts already logged stay (retention prunes them).",
+        settings=DATABASE,
+    )
+    delete.add_argument("id", help="partner id")
+    delete.set_defaults(run=_on_partner(Operations.remove))
+
     rotate = commands.add_command(
         partner_commands,
         "rotate-secret",
@@ -247,6 +313,42 @@ def register(group: Any) -> None:
         'Prints {"reencrypted": n, "expiredDeleted": n, "keys": n}.',
         settings=SECRETS,
     ).set_defaults(run=cmd_reencrypt)
+
+    deliveries = commands.add_command(group, "deliveries", "webhook deliveries", settings=DATABASE)
+    delivery_commands = deliveries.add_subparsers(dest="deliveries_command", required=True, metavar="COMMAND")
+    listing = commands.add_command(
+        delivery_commands, "list", "deliveries, newest first, with their attempts", settings=DATABASE
+    )
+    listing.add_argument("--partner", metavar="ID", help="one partner's")
+    listing.add_argument("--status", help="pending, delivering, delivered, failed or cancelled")
+    listing.add_argument("--event", metavar="EVENT_ID", help="one event's")
+    listing.add_argument("--limit", help="at most this many (default 100, at most 1000)")
+    listing.add_argument("--offset", help="skip this many first")
+    listing.set_defaults(run=cmd_deliveries_list)
+    replay = commands.add_command(
+        delivery_commands,
+        "replay",
+        "send again the deliveries created in a window",
+        details="Deliveries created at or after --since and before --until (default now), in --status "
+        "(failed by default, or delivered), of one partner or of all, become pending and go out "
+        "again with their own delivery ids. Times are ISO 8601 with Z or an offset.",
+        settings=DATABASE,
+    )
+    replay.add_argument("--since", required=True, metavar="TIME", help="start of the window (included)")
+    replay.add_argument("--until", metavar="TIME", help="end of the window (excluded; default now)")
+    replay.add_argument("--partner", metavar="ID", help="only this partner's")
+    replay.add_argument("--status", help="failed (default) or delivered")
+    replay.set_defaults(run=cmd_replay)
+    resend = commands.add_command(
+        delivery_commands,
+        "resend",
+        "send one delivery again, whatever its state",
+        details="Same delivery id, a fresh attempt. Refused while it is being attempted, and for a "
+        "removed partner's delivery.",
+        settings=DATABASE,
+    )
+    resend.add_argument("id", help="delivery id")
+    resend.set_defaults(run=cmd_resend)
 
     events = commands.add_command(group, "events", "webhook events", settings=DATABASE)
     event_commands = events.add_subparsers(dest="events_command", required=True, metavar="COMMAND")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -27,11 +28,13 @@ from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
-from service.webhooks import outbox, partners, stats
+from service.text import text_fault
+from service.webhooks import outbox, partners, requeue, stats
 from service.webhooks.partners import Partner
+from service.webhooks.requeue import Resent
 from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
 from service.webhooks.ssrf import Resolve, system_resolve
-from service.webhooks.states import DeliveryStatus, PartnerStatus
+from service.webhooks.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.webhooks.stats import OutboxStats
 
 Document = dict[str, Any]
@@ -79,6 +82,51 @@ class DeliveryFilter:
             limit=whole_number(args, "limit", 100, 1, MAX_PAGE),
             offset=whole_number(args, "offset", 0, 0, 2**62),
         )
+
+
+REPLAY_MEMBERS = ("partner", "since", "until", "status")
+
+
+def _moment(data: Mapping[str, Any], name: str) -> datetime:
+    value = data[name]
+    if not isinstance(value, str):
+        raise invalid(name, "invalid_type", "Must be a string.")
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        moment = None
+    if moment is None or moment.utcoffset() is None:
+        raise invalid(name, "invalid", "Must be an ISO-8601 timestamp with Z or a UTC offset.")
+    return moment
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayRequest:
+    """``{partner?, since, until?, status?}``: deliveries created at or after ``since`` and before
+    ``until`` (default: now), in ``status`` (``failed`` by default, or ``delivered``)."""
+
+    since: datetime
+    until: datetime
+    status: DeliveryStatus = DeliveryStatus.FAILED
+    partner_id: str | None = None
+
+    @classmethod
+    def parse(cls, data: Mapping[str, Any], *, now: datetime) -> ReplayRequest:
+        refuse_unknown(data, REPLAY_MEMBERS)
+        if "since" not in data:
+            raise invalid("since", "missing", "This member is required.")
+        since = _moment(data, "since")
+        until = _moment(data, "until") if data.get("until") is not None else now
+        if until <= since:
+            raise invalid("until", "invalid", "Must be later than since.")
+        status = data.get("status", DeliveryStatus.FAILED)
+        if status not in REPLAYABLE:
+            allowed = ", ".join(REPLAYABLE)
+            raise invalid("status", "invalid", f"Must be one of: {allowed}.")
+        partner = data.get("partner")
+        if partner is not None and (not isinstance(partner, str) or text_fault(partner) is not None):
+            raise invalid("partner", "invalid", "Must be a partner id.")
+        return cls(since=since, until=until, status=DeliveryStatus(status), partner_id=partner)
 
 
 def test_result(delivery: TestDelivery) -> Document:
@@ -183,6 +231,28 @@ class Operations:
     async def show_partner(self, partner_id: str) -> Document:
         return (await self.partner(partner_id)).public(self.clock())
 
+    async def update(self, partner_id: str, data: Mapping[str, Any]) -> Document:
+        """Change a partner's name, URL, event kinds or cap; a new URL is checked as at onboarding."""
+        change = partners.validate_partner_change(data)
+        if change.url is not None:
+            await partners.check_destination(
+                change.url, allow_private=self.settings.webhook_allow_private_urls, resolve=self.resolve
+            )
+        async with self.engine.begin() as conn:
+            partner = await partners.update_partner(conn, partner_id, change, now=self.clock())
+        if partner is None:
+            raise unknown_partner()
+        self.notifier.deliveries_due()  # a new URL or a larger cap may let waiting deliveries go
+        return partner.public(self.clock())
+
+    async def remove(self, partner_id: str) -> Document:
+        """Remove a partner: its secrets go, its undelivered deliveries are cancelled, never sent."""
+        async with self.engine.begin() as conn:
+            cancelled = await partners.remove_partner(conn, partner_id, now=self.clock())
+        if cancelled is None:
+            raise unknown_partner()
+        return {"partnerId": partner_id, "cancelled": cancelled}
+
     async def pause(self, partner_id: str) -> Document:
         return await self._set_status(partner_id, PartnerStatus.PAUSED)
 
@@ -271,6 +341,40 @@ class Operations:
                 offset=query.offset,
             )
         return {"deliveries": found}
+
+    async def replay(self, data: Mapping[str, Any]) -> Document:
+        """Requeue the deliveries created in a window (``ReplayRequest``), across partners or for one."""
+        request = ReplayRequest.parse(data, now=self.clock())
+        async with self.engine.begin() as conn:
+            if (
+                request.partner_id is not None
+                and await partners.get_partner(conn, request.partner_id) is None
+            ):
+                raise unknown_partner()
+            count = await requeue.replay(
+                conn,
+                since=request.since,
+                until=request.until,
+                status=request.status,
+                partner_id=request.partner_id,
+                now=self.clock(),
+            )
+        if count:
+            self.notifier.deliveries_due()
+        return {"deliveries": count}
+
+    async def resend(self, delivery_id: str) -> Document:
+        """Send one delivery again, whatever its state: same delivery id, a fresh attempt."""
+        async with self.engine.begin() as conn:
+            outcome = await requeue.resend(conn, delivery_id, now=self.clock())
+        if outcome is Resent.UNKNOWN:
+            raise UnknownResource("No delivery has this id.")
+        if outcome is Resent.CANCELLED:
+            raise StateConflict("This delivery's partner was removed; it is never sent again.")
+        if outcome is Resent.IN_FLIGHT:
+            raise StateConflict("This delivery is being attempted right now; resend it once it settles.")
+        self.notifier.deliveries_due()
+        return {"deliveryId": delivery_id, "status": DeliveryStatus.PENDING}
 
     @unaudited  # the metrics scrape, every few seconds
     async def outbox_stats(self) -> OutboxStats:

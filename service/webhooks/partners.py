@@ -49,6 +49,9 @@ PARTNER_PREFIX = "ptn"
 ACTIVE = PartnerStatus.ACTIVE
 PAUSED = PartnerStatus.PAUSED
 DISABLED = PartnerStatus.DISABLED
+REMOVED = PartnerStatus.REMOVED
+# What removing a partner cancels: everything not yet delivered or given up on.
+UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
 NAME_MAX_LENGTH = 200  # the partners.name column
 SECRET_BYTES = 32  # docs/architecture.md "Partners": 256 bits, within the 24 to 64 Standard Webhooks allows
 MEMBERS = frozenset({"name", "url", "events", "maxInFlight"})
@@ -156,46 +159,102 @@ def _events_filter(value: object) -> tuple[tuple[str, ...] | None, list[FieldErr
     return tuple(kinds), errors
 
 
-def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
-    """The onboarding body, strictly: ``{name, url, events?, maxInFlight?}``; raises ``InvalidInput``
-    per field (``maxInFlight``: null or absent means the default cap)."""
-    errors = [
+def _name_errors(name: object) -> list[FieldError]:
+    if not isinstance(name, str):
+        return [FieldError("name", "invalid_type", "Must be a string.")]
+    if (fault := text_fault(name)) is not None:
+        return [FieldError("name", TEXT_CODE, fault)]
+    if not name.strip():
+        return [FieldError("name", "invalid", "Must not be empty.")]
+    if len(name.strip()) > NAME_MAX_LENGTH:
+        return [FieldError("name", "too_long", f"Must be at most {NAME_MAX_LENGTH} characters.")]
+    return []
+
+
+def _url_errors(url: object) -> list[FieldError]:
+    if not isinstance(url, str):
+        return [FieldError("url", "invalid_type", "Must be a string.")]
+    if (fault := text_fault(url)) is not None:
+        return [FieldError("url", TEXT_CODE, fault)]
+    return []
+
+
+def _cap_errors(cap: object) -> list[FieldError]:
+    if cap is not None and (
+        isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT_LIMIT
+    ):
+        return [
+            FieldError("maxInFlight", "invalid", f"Must be a whole number from 1 to {MAX_IN_FLIGHT_LIMIT}.")
+        ]
+    return []
+
+
+def _unknown_members(data: Mapping[str, Any]) -> list[FieldError]:
+    return [
         FieldError(str(key), "unknown_field", "This member is not accepted.")
         for key in data
         if key not in MEMBERS
     ]
-    name = data.get("name")
-    if "name" not in data:
-        errors.append(FieldError("name", "missing", "This member is required."))
-    elif not isinstance(name, str):
-        errors.append(FieldError("name", "invalid_type", "Must be a string."))
-    elif (fault := text_fault(name)) is not None:
-        errors.append(FieldError("name", TEXT_CODE, fault))
-    elif not name.strip():
-        errors.append(FieldError("name", "invalid", "Must not be empty."))
-    elif len(name.strip()) > NAME_MAX_LENGTH:
-        errors.append(FieldError("name", "too_long", f"Must be at most {NAME_MAX_LENGTH} characters."))
-    url = data.get("url")
-    if "url" not in data:
-        errors.append(FieldError("url", "missing", "This member is required."))
-    elif not isinstance(url, str):
-        errors.append(FieldError("url", "invalid_type", "Must be a string."))
-    elif (fault := text_fault(url)) is not None:
-        errors.append(FieldError("url", TEXT_CODE, fault))
+
+
+def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
+    """The onboarding body, strictly: ``{name, url, events?, maxInFlight?}``; raises ``InvalidInput``
+    per field (``maxInFlight``: null or absent means the default cap)."""
+    errors = _unknown_members(data)
+    for member in ("name", "url"):
+        if member not in data:
+            errors.append(FieldError(member, "missing", "This member is required."))
+    if "name" in data:
+        errors += _name_errors(data["name"])
+    if "url" in data:
+        errors += _url_errors(data["url"])
     kinds: tuple[str, ...] | None = None
     if "events" in data:
         kinds, event_errors = _events_filter(data["events"])
         errors.extend(event_errors)
     cap = data.get("maxInFlight")
-    if cap is not None and (
-        isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT_LIMIT
-    ):
-        message = f"Must be a whole number from 1 to {MAX_IN_FLIGHT_LIMIT}."
-        errors.append(FieldError("maxInFlight", "invalid", message))
+    errors += _cap_errors(cap)
     if errors:
         raise InvalidInput(errors=errors)
-    assert isinstance(name, str) and isinstance(url, str)
+    name, url = data["name"], data["url"]
+    assert isinstance(name, str) and isinstance(url, str) and (cap is None or isinstance(cap, int))
     return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap)
+
+
+@dataclass(frozen=True, slots=True)
+class PartnerChange:
+    """What an update sets: only the members it names (``events``/``maxInFlight`` null: the default)."""
+
+    values: Mapping[str, Any]  # partners table columns -> new values
+    url: str | None = None  # a new URL, to be checked as at onboarding
+
+
+def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
+    """An update body, strictly: at least one of ``{name, url, events, maxInFlight}``; ``events``
+    null means every kind again and ``maxInFlight`` null the default cap."""
+    errors = _unknown_members(data)
+    if not data:
+        errors.append(FieldError("body", "missing", f"Name at least one of: {', '.join(sorted(MEMBERS))}."))
+    values: dict[str, Any] = {}
+    if "name" in data:
+        errors += _name_errors(data["name"])
+        values["name"] = data["name"].strip() if isinstance(data["name"], str) else None
+    if "url" in data:
+        errors += _url_errors(data["url"])
+        values["url"] = data["url"]
+    if "events" in data:
+        kinds: tuple[str, ...] | None = None
+        if data["events"] is not None:
+            kinds, event_errors = _events_filter(data["events"])
+            errors.extend(event_errors)
+        values["events"] = json.dumps(list(kinds)) if kinds is not None else None
+    if "maxInFlight" in data:
+        errors += _cap_errors(data["maxInFlight"])
+        values["max_in_flight"] = data["maxInFlight"]
+    if errors:
+        raise InvalidInput(errors=errors)
+    url = values.get("url")
+    return PartnerChange(values=values, url=url if isinstance(url, str) else None)
 
 
 async def check_destination(url: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> None:
@@ -260,12 +319,16 @@ async def list_partners(conn: AsyncConnection) -> list[Partner]:
     expiries: dict[str, list[datetime]] = {}
     for row in await conn.execute(_OLD_SECRETS):
         expiries.setdefault(row.partner_id, []).append(row.expires_at)
-    result = await conn.execute(select(partners).order_by(partners.c.created_at, partners.c.id))
+    result = await conn.execute(
+        select(partners).where(partners.c.status != REMOVED).order_by(partners.c.created_at, partners.c.id)
+    )
     return [_partner(row, expiries.get(row["id"], ())) for row in result.mappings()]
 
 
 async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
-    result = await conn.execute(select(partners).where(partners.c.id == partner_id))
+    result = await conn.execute(
+        select(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED)
+    )
     row = result.mappings().first()
     if row is None:
         return None
@@ -283,7 +346,9 @@ async def set_status(
             consecutive_failures=0, failing_since=None, circuit_open_until=None, circuit_cooldown=None
         )
     changed = await conn.execute(
-        update(partners).where(partners.c.id == partner_id, partners.c.status != status).values(**values)
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != status, partners.c.status != REMOVED)
+        .values(**values)
     )
     if changed.rowcount and status == ACTIVE:
         await notify(conn)  # its waiting deliveries are claimable again
@@ -329,7 +394,11 @@ async def rotate_secret(
     fresh = secret or new_secret()
     # The write comes first, so SQLite never upgrades a read lock (and PostgreSQL holds the
     # partner's row until commit: two rotations of one partner take turns).
-    result = await conn.execute(update(partners).where(partners.c.id == partner_id).values(updated_at=now))
+    result = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .values(updated_at=now)
+    )
     if result.rowcount == 0:
         return None
     ends = now + timedelta(seconds=overlap)
@@ -384,6 +453,46 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
     if result.rowcount:
         await notify(conn)
     return int(result.rowcount)
+
+
+async def update_partner(
+    conn: AsyncConnection, partner_id: str, change: PartnerChange, *, now: datetime
+) -> Partner | None:
+    """Apply ``change`` to a partner that is not removed; None when there is no such partner.
+
+    Deliveries not yet sent go to the new URL (claims read it); new events follow the new filter;
+    deliveries already made for earlier events stay as they are.
+    """
+    changed = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .values(**change.values, updated_at=now)
+    )
+    return await get_partner(conn, partner_id) if changed.rowcount else None
+
+
+async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetime) -> int | None:
+    """Remove a partner: its undelivered deliveries become ``cancelled``; how many, or None when
+    there is no such partner.
+
+    The row stays, without its secrets, so the deliveries and attempts already logged still name
+    it (retention prunes them in time); listings and lookups no longer see it. A delivery in flight
+    loses its claim token here, so its worker's answer cannot settle it afterwards.
+    """
+    removed = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .values(status=REMOVED, updated_at=now)
+    )
+    if not removed.rowcount:
+        return None
+    await conn.execute(delete(partner_secrets).where(partner_secrets.c.partner_id == partner_id))
+    cancelled = await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.partner_id == partner_id, deliveries.c.status.in_(UNDELIVERED))
+        .values(status=DeliveryStatus.CANCELLED, claim_token=None, claimed_until=None, updated_at=now)
+    )
+    return int(cancelled.rowcount)
 
 
 async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: datetime) -> None:

@@ -7,6 +7,9 @@ Delivery states::
        └──retry scheduled──┤──schedule spent──▶ failed ──admin retry/replay──▶ pending
                            └──410 (partner paused; due again on resume)──▶ pending
 
+    pending, delivering ──partner removed──▶ cancelled (never sent again)
+    delivered, failed ──admin resend (replay: by window)──▶ pending
+
 A ``pending`` delivery waits for its time, or for its partner to be resumed. Storage, indexes,
 metrics and the admin API all use these members, never bare strings.
 """
@@ -21,7 +24,13 @@ class DeliveryStatus(StrEnum):
     DELIVERING = "delivering"
     DELIVERED = "delivered"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # its partner was removed: never sent
 
+
+# Settled: nothing will happen to these unless an admin asks (resend, replay, retry).
+SETTLED = (DeliveryStatus.DELIVERED, DeliveryStatus.FAILED, DeliveryStatus.CANCELLED)
+# What a replay may requeue: a removed partner's cancelled deliveries stay cancelled.
+REPLAYABLE = (DeliveryStatus.FAILED, DeliveryStatus.DELIVERED)
 
 # What a worker may claim: waiting rows, and claimed rows whose lease ran out (their worker died).
 CLAIMABLE = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
@@ -48,6 +57,9 @@ class PartnerStatus(StrEnum):
     ACTIVE = "active"
     PAUSED = "paused"  # by an admin, or by a 410 answer
     DISABLED = "disabled"  # by the service, after SERVICE_WEBHOOK_DISABLE_AFTER of unbroken failure
+    # Removed by an admin: kept (without its secret) so its deliveries' history still names it,
+    # hidden from every listing, never sent to again.
+    REMOVED = "removed"
 
 
 class Circuit(StrEnum):

@@ -1,0 +1,93 @@
+"""Sending deliveries again at an admin's request: a window of them (replay) or one (resend).
+
+Both make deliveries ``pending`` and due now, with their delivery id, body and attempt count kept:
+the next attempt is numbered after the last one logged, and the partner sees the same
+``x-service-delivery`` id (``webhook-id``) as before, so a receiver that deduplicates by it can.
+A partner that was removed is never sent to again: its cancelled deliveries stay cancelled.
+(A partner's own ``retry`` of its failed deliveries is ``partners.retry_failed``.)
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.tables import deliveries, partners
+from service.webhooks.notify import notify
+from service.webhooks.states import DeliveryStatus, PartnerStatus
+
+
+def _requeue(now: datetime) -> dict[str, object]:
+    return {
+        "status": DeliveryStatus.PENDING,
+        "next_attempt_at": now,
+        "delivered_at": None,
+        "claim_token": None,
+        "claimed_until": None,
+        "updated_at": now,
+    }
+
+
+_LIVE_PARTNERS = select(partners.c.id).where(partners.c.status != PartnerStatus.REMOVED)
+
+
+async def replay(
+    conn: AsyncConnection,
+    *,
+    since: datetime,
+    until: datetime,
+    status: DeliveryStatus,
+    partner_id: str | None,
+    now: datetime,
+) -> int:
+    """Requeue the deliveries in ``status`` created in ``[since, until)``, for one partner or all
+    that are not removed; how many."""
+    conditions = [
+        deliveries.c.created_at >= since,
+        deliveries.c.created_at < until,
+        deliveries.c.status == status,
+        deliveries.c.partner_id.in_(_LIVE_PARTNERS),
+    ]
+    if partner_id is not None:
+        conditions.append(deliveries.c.partner_id == partner_id)
+    result = await conn.execute(update(deliveries).where(*conditions).values(**_requeue(now)))
+    if result.rowcount:
+        await notify(conn)
+    return int(result.rowcount)
+
+
+class Resent(Enum):
+    REQUEUED = "requeued"
+    UNKNOWN = "unknown"  # no such delivery
+    IN_FLIGHT = "in flight"  # being attempted right now: it settles within its lease
+    CANCELLED = "cancelled"  # its partner was removed
+
+
+async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> Resent:
+    """Requeue one delivery whatever its state, but one in flight (sending it again now would put
+    two attempts in flight at once) or one whose partner was removed."""
+    row = (
+        await conn.execute(
+            select(deliveries.c.status, deliveries.c.claimed_until).where(deliveries.c.id == delivery_id)
+        )
+    ).first()
+    if row is None:
+        return Resent.UNKNOWN
+    status, claimed_until = row
+    if status == DeliveryStatus.CANCELLED:
+        return Resent.CANCELLED
+    if status == DeliveryStatus.DELIVERING and claimed_until is not None and claimed_until > now:
+        return Resent.IN_FLIGHT
+    # Guarded by the state read above: a worker that claimed or settled it since wins.
+    changed = await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.id == delivery_id, deliveries.c.status == status)
+        .values(**_requeue(now))
+    )
+    if not changed.rowcount:
+        return Resent.IN_FLIGHT
+    await notify(conn)
+    return Resent.REQUEUED
