@@ -27,6 +27,7 @@ from service.ids import IdSource, new_id
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.webhooks import outbox, partners, stats
+from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
 from service.webhooks.ssrf import Resolve, system_resolve
@@ -98,6 +99,12 @@ def test_result(delivery: TestDelivery) -> Document:
             "outcome": "delivered" if ok else "failed",
         },
     }
+
+
+def batch_member(value: object) -> BatchPolicy | None:
+    """A partner body's ``batch`` member (onboarding or update): the policy, None for null (no
+    batching), or ``InvalidInput`` naming ``batch.<member>``. Store it with ``partners.set_batch``."""
+    return parse_batch(value)
 
 
 def unknown_partner() -> UnknownResource:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -30,6 +30,7 @@ from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
+from service.webhooks.batching import BatchPolicy, batch_errors
 from service.webhooks.breaker import BreakerState, circuit
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX
@@ -42,7 +43,7 @@ PAUSED = PartnerStatus.PAUSED
 DISABLED = PartnerStatus.DISABLED
 NAME_MAX_LENGTH = 200  # the partners.name column
 SECRET_BYTES = 32  # docs/architecture.md "Partners": 256 bits, within the 24 to 64 Standard Webhooks allows
-MEMBERS = frozenset({"name", "url", "events", "maxInFlight"})
+MEMBERS = frozenset({"name", "url", "events", "batch", "maxInFlight"})
 MAX_IN_FLIGHT_LIMIT = 1000  # a partner's own cap; more than a worker would ever hold for one
 
 
@@ -68,6 +69,7 @@ class Partner:
     previous_secret_expires_at: datetime | None = None
     max_in_flight: int | None = None  # None: SERVICE_WEBHOOK_MAX_IN_FLIGHT
     breaker: BreakerState = field(default_factory=BreakerState)
+    batch: BatchPolicy | None = None  # None: every delivery goes out alone
 
     def wants(self, kind: str) -> bool:
         return self.events is None or kind in self.events
@@ -86,6 +88,7 @@ class Partner:
             "url": self.url,
             "events": list(self.events) if self.events is not None else None,
             "status": self.status,
+            "batch": self.batch.public() if self.batch is not None else None,
             "maxInFlight": self.max_in_flight,
             "circuit": circuit(self.breaker, now),
             "consecutiveFailures": self.breaker.consecutive_failures,
@@ -110,6 +113,7 @@ class NewPartner:
     url: str
     events: tuple[str, ...] | None
     max_in_flight: int | None = None
+    batch: BatchPolicy | None = None
 
 
 def _partner(row: RowMapping) -> Partner:
@@ -132,6 +136,7 @@ def _partner(row: RowMapping) -> Partner:
             open_until=row["circuit_open_until"],
             cooldown=row["circuit_cooldown"],
         ),
+        batch=BatchPolicy.loads(row["batch"]),
     )
 
 
@@ -158,8 +163,9 @@ def _events_filter(value: object) -> tuple[tuple[str, ...] | None, list[FieldErr
 
 
 def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
-    """The onboarding body, strictly: ``{name, url, events?, maxInFlight?}``; raises ``InvalidInput``
-    per field (``maxInFlight``: null or absent means the default cap)."""
+    """The onboarding body, strictly: ``{name, url, events?, batch?, maxInFlight?}``; raises
+    ``InvalidInput`` per field (``maxInFlight``: null or absent means the default cap; ``batch``:
+    null or absent means no batching, see ``service.webhooks.batching``)."""
     errors = [
         FieldError(str(key), "unknown_field", "This member is not accepted.")
         for key in data
@@ -187,6 +193,14 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
     if "events" in data:
         kinds, event_errors = _events_filter(data["events"])
         errors.extend(event_errors)
+    batch, batch_faults = batch_errors(data.get("batch"))
+    errors.extend(batch_faults)
+    if batch is not None and kinds is not None:
+        errors.extend(
+            FieldError(f"batch.events.{index}", "not_subscribed", "Batch only kinds the partner receives.")
+            for index, kind in enumerate(batch.events)
+            if kind not in kinds
+        )
     cap = data.get("maxInFlight")
     if cap is not None and (
         isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_IN_FLIGHT_LIMIT
@@ -196,7 +210,7 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
     if errors:
         raise InvalidInput(errors=errors)
     assert isinstance(name, str) and isinstance(url, str)
-    return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap)
+    return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap, batch=batch)
 
 
 async def check_destination(url: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> None:
@@ -228,6 +242,7 @@ async def create_partner(
         updated_at=now,
         secret=secret or new_secret(),
         max_in_flight=new.max_in_flight,
+        batch=new.batch,
     )
     await conn.execute(
         partners.insert().values(
@@ -238,6 +253,7 @@ async def create_partner(
             status=ACTIVE,
             secret=partner.secret,
             max_in_flight=new.max_in_flight,
+            batch=new.batch.dumps() if new.batch is not None else None,
             created_at=now,
             updated_at=now,
         )
@@ -273,6 +289,20 @@ async def set_status(
     return await get_partner(conn, partner_id)
 
 
+async def set_batch(
+    conn: AsyncConnection, partner_id: str, policy: BatchPolicy | None, *, now: datetime
+) -> bool:
+    """Change the partner's batch policy; whether the partner exists. Deliveries waiting for a batch
+    of a kind no longer batched go out alone at the next claim; events published from now on
+    follow the new policy."""
+    result = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id)
+        .values(batch=policy.dumps() if policy is not None else None, updated_at=now)
+    )
+    return bool(result.rowcount)
+
+
 async def rotate_secret(
     conn: AsyncConnection, partner_id: str, *, now: datetime, overlap: float, secret: str | None = None
 ) -> tuple[Partner, str] | None:
@@ -300,11 +330,18 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
     """Make the partner's failed deliveries pending again, due now; how many were requeued.
 
     Each requeued delivery gets one more attempt; if that one fails too it is failed again
-    (its schedule was already spent), until the next admin retry.
+    (its schedule was already spent), until the next admin retry. A failed batch is requeued as
+    one delivery (the same bytes); its members wait in it again, ``batched``.
     """
+    failed = and_(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+    await conn.execute(
+        update(deliveries)
+        .where(failed, deliveries.c.batch_id.is_not(None))
+        .values(status=DeliveryStatus.BATCHED, updated_at=now)
+    )
     result = await conn.execute(
         update(deliveries)
-        .where(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+        .where(failed)
         .values(status=DeliveryStatus.PENDING, next_attempt_at=now, updated_at=now)
     )
     if result.rowcount:
