@@ -89,3 +89,20 @@ def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFix
     rows = [line.split() for line in lines[start + 2 : start + 5]]
     assert [row[0] for row in rows] == ["1", "8", "32"]
     assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
+
+
+def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.delivery --batch EVENTS` prints both rates per round and their ratio
+    (every event received, one POST per batch: the scenario checks both itself)."""
+    from benchmarks import delivery
+
+    delivery.main(["--batch", "300", "--batch-size", "50", "--rounds", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("batched delivery: a burst of 300 room.trending events")
+    round_line = lines[1].split()
+    unbatched, batched = float(round_line[3]), float(round_line[9])
+    assert unbatched > 0 and batched > 0
+    assert lines[2].startswith("  best: unbatched")
+    assert lines[-1] in ("PASS", "BELOW TARGET")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, literal_column, select, update
+from sqlalchemy import and_, bindparam, func, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import deliveries, events, partners
@@ -45,6 +45,7 @@ BATCHING = DeliveryStatus.BATCHING
 BATCHED = DeliveryStatus.BATCHED
 # PostgreSQL: workers forming batches take turns (a member must land in one batch only).
 FORM_LOCK = 0x5E5E_BA7C
+FORM_ROWS = 10_000  # members one claim forms into batches per partner and kind, at most
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,46 +186,59 @@ async def _release(conn: AsyncConnection, partner_id: str, kind: str, *, now: da
     )
 
 
+_JOIN = (
+    update(deliveries)
+    .where(deliveries.c.id == bindparam("b_id"), _WAITING)
+    .values(status=BATCHED, batch_id=bindparam("b_batch"), updated_at=bindparam("b_now"))
+)
+
+
 async def _form(
     conn: AsyncConnection, partner_id: str, kind: str, policy: BatchPolicy, *, now: datetime
 ) -> int:
-    """Full batches while there are enough, then one more of the rest if its oldest is due."""
-    made = 0
-    while True:
-        rows = (
-            await conn.execute(
-                select(deliveries.c.id, deliveries.c.event_id, deliveries.c.next_attempt_at, events.c.payload)
-                .join(events, events.c.id == deliveries.c.event_id)
-                .where(_WAITING, deliveries.c.partner_id == partner_id, events.c.kind == kind)
-                # Oldest first: the order they were stored in (the due time is created + maxWait).
-                .order_by(deliveries.c.next_attempt_at, deliveries.c.created_at, deliveries.c.event_id)
-                .limit(policy.max_events)
-            )
-        ).all()
-        if not rows or (len(rows) < policy.max_events and rows[0].next_attempt_at > now):
-            return made
-        batch_id = new_batch_id()
+    """Full batches of the waiting deliveries, oldest first, then one of the rest if its oldest is
+    due; at most FORM_ROWS members in one call (the next claim forms the next)."""
+    rows = (
         await conn.execute(
-            deliveries.insert().values(
-                id=batch_id,
-                event_id=rows[0].event_id,  # the oldest member's: the attempt log names an event
-                partner_id=partner_id,
-                status=DeliveryStatus.PENDING,
-                attempts=0,
-                next_attempt_at=now,
-                created_at=now,
-                updated_at=now,
-                body=batch_body(kind, [row.payload for row in rows]),
-            )
+            select(deliveries.c.id, deliveries.c.event_id, deliveries.c.next_attempt_at, events.c.payload)
+            .join(events, events.c.id == deliveries.c.event_id)
+            .where(_WAITING, deliveries.c.partner_id == partner_id, events.c.kind == kind)
+            # Oldest first: the order they were stored in (each is due maxWaitSeconds after).
+            .order_by(deliveries.c.next_attempt_at, deliveries.c.created_at, deliveries.c.event_id)
+            .limit(max(FORM_ROWS - FORM_ROWS % policy.max_events, policy.max_events))
         )
-        await conn.execute(
-            update(deliveries)
-            .where(deliveries.c.id.in_([row.id for row in rows]), _WAITING)
-            .values(status=BATCHED, batch_id=batch_id, updated_at=now)
-        )
-        made += 1
-        if len(rows) < policy.max_events:
-            return made
+    ).all()
+    chunks = [rows[start : start + policy.max_events] for start in range(0, len(rows), policy.max_events)]
+    if chunks and len(chunks[-1]) < policy.max_events and chunks[-1][0].next_attempt_at > now:
+        chunks.pop()  # not full, and its oldest may wait longer
+    if not chunks:
+        return 0
+    batches = [
+        {
+            "id": new_batch_id(),
+            "event_id": chunk[0].event_id,  # the oldest member's: the attempt log names an event
+            "partner_id": partner_id,
+            "status": DeliveryStatus.PENDING,
+            "attempts": 0,
+            "next_attempt_at": now,
+            "created_at": now,
+            "updated_at": now,
+            "body": batch_body(kind, [row.payload for row in chunk]),
+        }
+        for chunk in chunks
+    ]
+    await conn.execute(deliveries.insert(), batches)
+    # One executemany, found by primary key (an array of ids per batch let PostgreSQL's generic
+    # plan scan the table: 0.9 s against 0.13 s for 10,000 members).
+    await conn.execute(
+        _JOIN,
+        [
+            {"b_id": row.id, "b_batch": batch["id"], "b_now": now}
+            for batch, chunk in zip(batches, chunks, strict=True)
+            for row in chunk
+        ],
+    )
+    return len(batches)
 
 
 def waits_until(policy: BatchPolicy, now: datetime) -> datetime:
