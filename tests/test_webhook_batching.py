@@ -370,3 +370,23 @@ def test_a_kind_no_longer_batched_goes_out_alone(client_on: Any, clock: Any) -> 
         assert drain(client) == 2
         assert [json.loads(request.body)["slug"] for request in receiver.requests] == ["room-1", "room-2"]
         assert all(request.headers["x-service-event"] == "room.trending" for request in receiver.requests)
+
+
+def test_the_catalog_and_llms_full_describe_batches(make_client: Any) -> None:
+    """The served catalog carries batchDelivery (kinds, body schema, an example the schema accepts)
+    and subscriptionModel.batching; llms-full.txt has the same text under "Batched delivery"."""
+    with make_client(base_url="https://launchrooms.example") as client:
+        catalog = client.get("/api/v1/webhooks/events").json
+        llms = client.get("/llms-full.txt").text
+    entry = catalog["batchDelivery"]
+    assert entry["batchable"] == ["room.trending", "room.arcade.high_score", "room.artwork.vote_milestone"]
+    Draft202012Validator(entry["bodySchema"]).validate(entry["exampleBody"])
+    schema = Draft202012Validator(entry["bodySchema"])
+    assert not schema.is_valid({**entry["exampleBody"], "batch": False})
+    stranger = {"eventId": "evt_x", "event": "room.claimed", "occurredAt": "2026-06-29T21:00:00Z"}
+    mixed = {**entry["exampleBody"], "events": [*entry["exampleBody"]["events"], stranger]}
+    assert not schema.is_valid(mixed)  # one kind per batch
+    assert not schema.is_valid({**entry["exampleBody"], "events": []})
+    assert catalog["subscriptionModel"]["batching"] == entry["summary"]
+    assert "### Batched delivery\n\n" + entry["summary"] in llms
+    assert "batch" in catalog["deliveryModel"]
