@@ -4,6 +4,7 @@ unaffected, the body valid against the published schema, signatures every verifi
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,6 +27,7 @@ from webhook_helpers import (
 
 from service.catalog import catalog_document
 from service.clock import ManualClock, format_timestamp
+from service.db.engine import create_engine
 from service.webhooks import outbox, partners
 from service.webhooks.operations import batch_member
 from service.webhooks.signing import SignatureError, standard_webhooks_secret, verify, verify_standard
@@ -390,3 +392,46 @@ def test_the_catalog_and_llms_full_describe_batches(make_client: Any) -> None:
     assert catalog["subscriptionModel"]["batching"] == entry["summary"]
     assert "### Batched delivery\n\n" + entry["summary"] in llms
     assert "batch" in catalog["deliveryModel"]
+
+
+def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, clock: Any) -> None:
+    """Two workers (two engines) claiming side by side form every batch once: each event lands in
+    exactly one batch, and the batches claimed between them are all there are."""
+    from sqlalchemy import select
+
+    from service.db.tables import deliveries as table
+    from service.webhooks.batching import BatchPolicy
+    from service.webhooks.partners import NewPartner
+
+    async def scenario() -> tuple[list[int], dict[str, int], int]:
+        engines = [create_engine(database_url) for _ in range(2)]
+        policy = BatchPolicy(("room.trending",), max_events=10, max_wait=5)
+        async with engines[0].begin() as conn:
+            new = NewPartner("batching", "https://partner.example/hook", None, 1000, batch=policy)
+            await partners.create_partner(conn, new, now=clock())
+        for number in range(95):
+            await outbox.publish_event(engines[0], trending(number), now=clock())
+
+        async def claim(engine: Any) -> int:
+            async with engine.begin() as conn:
+                jobs = await outbox.claim_due(conn, now=clock(), limit=50, lease=timedelta(seconds=30), default_cap=8)
+            assert all(job.batch for job in jobs)
+            return len(jobs)
+
+        claimed = list(await asyncio.gather(*(claim(engine) for engine in engines)))
+        async with engines[0].connect() as conn:
+            rows = (await conn.execute(select(table.c.batch_id, table.c.status).where(table.c.body.is_(None)))).all()
+            batches = (await conn.execute(select(table.c.id).where(table.c.body.is_not(None)))).all()
+        for engine in engines:
+            await engine.dispose()
+        sizes: dict[str, int] = {}
+        for batch_id, status in rows:
+            key = str(batch_id) if status == "batched" else status
+            sizes[key] = sizes.get(key, 0) + 1
+        return claimed, sizes, len(batches)
+
+    claimed, sizes, batches = asyncio.run(scenario())
+    assert sorted(claimed) in ([0, 9], [1, 8], [2, 7], [3, 6], [4, 5])  # 9 full batches between them
+    assert batches == 9
+    assert sizes.pop("batching") == 5  # the rest waits for maxWaitSeconds
+    assert sorted(sizes.values()) == [10] * 9

@@ -137,8 +137,8 @@ _WAITING = deliveries.c.status == literal_column(f"'{BATCHING}'")
 
 async def form_batches(conn: AsyncConnection, *, now: datetime) -> int:
     """Make every batch that is ready at ``now`` (full, or its oldest member due), in the caller's
-    transaction; how many were made. A waiting delivery whose kind its partner no longer batches
-    goes out alone (``pending``)."""
+    transaction. A waiting delivery whose kind its partner no longer batches goes out alone
+    (``pending``). The answer: how many deliveries became claimable (batches, and those released)."""
     groups = (
         await conn.execute(
             select(
@@ -162,7 +162,7 @@ async def form_batches(conn: AsyncConnection, *, now: datetime) -> int:
     for partner_id, kind, waiting, due, policy_text in groups:
         policy = BatchPolicy.loads(policy_text)
         if policy is None or kind not in policy.events:
-            await _release(conn, partner_id, kind, now=now)
+            made += await _release(conn, partner_id, kind, now=now)
             continue
         if waiting < policy.max_events and due > now:
             continue
@@ -178,12 +178,13 @@ def _members_of(partner_id: str, kind: str) -> Any:
     )
 
 
-async def _release(conn: AsyncConnection, partner_id: str, kind: str, *, now: datetime) -> None:
-    await conn.execute(
+async def _release(conn: AsyncConnection, partner_id: str, kind: str, *, now: datetime) -> int:
+    released = await conn.execute(
         update(deliveries)
         .where(_members_of(partner_id, kind))
         .values(status=DeliveryStatus.PENDING, next_attempt_at=now, updated_at=now)
     )
+    return int(released.rowcount)
 
 
 _JOIN = (

@@ -321,13 +321,16 @@ async def claim_due(
     """
     token = token or new_claim_token()
     until = now + lease
-    await form_batches(conn, now=now)  # batches ready now are claimable like any delivery
     if conn.dialect.name == "postgresql":
         await conn.execute(_CLAIM_LOCK)
-    claimed = await conn.execute(
-        _CLAIM, {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
-    )
-    if not claimed.rowcount:
+    params = {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
+    taken = (await conn.execute(_CLAIM, params)).rowcount
+    # Batches ready now are formed after the claim's write (SQLite then holds its write lock before
+    # this transaction reads anything: a read first could not be upgraded once another connection
+    # had written) and claimed in a second pass, like any delivery.
+    if await form_batches(conn, now=now) and taken < limit:
+        taken += (await conn.execute(_CLAIM, {**params, "b_limit": limit - taken})).rowcount
+    if not taken:
         return []
     rows = await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})
     signing: dict[str, tuple[str, ...]] = {}  # partner id -> live secrets; partners are few
