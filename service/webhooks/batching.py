@@ -2,10 +2,10 @@
 
 A partner opts in with a batch policy, ``{"events": [kinds], "maxEvents": n, "maxWaitSeconds": s}``.
 Its deliveries of a listed kind are stored ``batching``, each due (``next_attempt_at``) at the
-moment it will have waited ``maxWaitSeconds``. The worker forms batches at the start of each claim
-(``form_batches``): per partner and kind, ``maxEvents`` waiting deliveries make a batch at once, and
-the rest make one when the oldest is due. A batch is one delivery row of its own, ``pending``, whose
-``body`` holds the fixed bytes::
+moment it will have waited ``maxWaitSeconds``. Every claim forms the batches that are ready
+(``form_batches``, then claims them in a second pass): per partner and kind, ``maxEvents`` waiting
+deliveries make a batch at once, and the rest make one when the oldest is due. A batch is one
+delivery row of its own, ``pending``, whose ``body`` holds the fixed bytes::
 
     {"event": "<kind>", "batch": true, "events": [<payload>, ...]}
 
