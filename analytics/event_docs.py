@@ -4,7 +4,7 @@ Everything comes from ``service.catalog.event_entry`` (itself derived from the e
 ``service.webhooks.vectors``, so the catalog notebook shows what the service serves and sends.
 Each kind's signed example is that kind's ``single/<kind>`` case of the published test vectors
 (its own delivery id, the vectors' secret and time): a partner's verifier must reproduce its
-signatures exactly.
+signatures exactly. The signed batch is the vectors' ``batch/room.trending`` case.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from service.catalog import event_entry
+from service.catalog import batch_delivery_entry, event_entry
 from service.events import EVENT_MODELS, EventPayload, payload_fields
 from service.webhooks import vectors
 from service.webhooks.sender import USER_AGENT
@@ -114,6 +114,39 @@ def section(kind: str) -> list[str | pd.DataFrame]:
         f"their secret `{EXAMPLE_SECRET}`. Your verifier should compute the same `v1=` value "
         "(`x-service-signature`) or `v1,` value (`webhook-signature`):\n\n" + _code("http", signed.http()),
     ]
+
+
+def signed_batch() -> SignedRequest:
+    """The catalog's example batch delivered as the service would: the test vectors'
+    ``batch/room.trending`` case, one delivery id for the batch."""
+    delivery = vectors.batch_delivery()
+    headers = {"Content-Type": "application/json", "User-Agent": USER_AGENT, **delivery.headers}
+    return SignedRequest(headers, delivery.body)
+
+
+def batch_section() -> list[str]:
+    """The batched-delivery section: what a batch is, its body's schema, a signed batch."""
+    entry = batch_delivery_entry()
+    kinds = ", ".join(f"`{kind}`" for kind in entry["batchable"])
+    signed = signed_batch()
+    return [
+        f"**Which kinds.** {kinds}, for partners whose subscription batches them. " + entry["summary"],
+        _details(
+            "JSON Schema of a batch's body (draft 2020-12)",
+            _code("json", _pretty(entry["bodySchema"])),
+        ),
+        "**A signed batch**: the test vectors' `batch/room.trending` case, two events signed as one "
+        f"body with their secret `{EXAMPLE_SECRET}`. Each member of `events` is byte for byte the "
+        "payload that event would be sent alone:\n\n" + _code("http", signed.http()),
+    ]
+
+
+def show_batch() -> None:
+    """Display ``batch_section()`` in a notebook."""
+    from IPython.display import Markdown, display
+
+    for part in batch_section():
+        display(Markdown(part))  # type: ignore[no-untyped-call]
 
 
 def show(kind: str) -> None:

@@ -14,6 +14,12 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
     python -m benchmarks.delivery [--events 5000] [--concurrency 32] [--samples 200] [--rounds 3]
                                   [--database-url postgresql://user@host/db]
 
+With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
+events stored for one partner, drained by the worker, first with the partner unbatched (one POST
+per event) and then with the same partner batching room.trending (``--batch-size`` events per
+POST, maxWaitSeconds 5); events per second from the worker's start to the last event's arrival,
+rounds alternating, the best of each counting. The target: batched at least 5x unbatched.
+
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
 the machine distorts much less.
@@ -43,6 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 RATIO_TARGET = 0.5  # the issue's bar: durable, signed, logged delivery at half a bare client's rate
 P99_TARGET_MS = 100.0
+BATCH_TARGET = 5.0  # batched events per second against the same partner unbatched
 ISOLATION_TARGET = 0.9  # a healthy partner beside hanging ones gets at least 0.9 of its rate alone
 MAX_IN_FLIGHT = 1000  # the bench partner's own cap: never below --concurrency
 # The partners' secrets are sealed under this key (32 bytes of 0x02), on SQLite and PostgreSQL alike.
@@ -64,8 +71,10 @@ def serve_receiver(port: int) -> None:
     arrivals: dict[str, float] = {}
 
     async def hook(request: web.Request) -> web.Response:
-        body = await request.read()
-        arrivals[json.loads(body)["eventId"]] = time.time()
+        document = json.loads(await request.read())
+        now = time.time()
+        for one in document["events"] if document.get("batch") is True else [document]:
+            arrivals[one["eventId"]] = now
         return web.Response(text="ok")
 
     async def hang(request: web.Request) -> web.Response:
@@ -310,6 +319,81 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
     return Beside(hanging, events / (max(arrivals.values()) - published), _percentile(delays, 0.99))
 
 
+# --- 5. a batching partner against the same partner unbatched ---------------------------------
+
+
+async def burst_rate(
+    database_url: str, base: str, session: aiohttp.ClientSession, events: int, concurrency: int, batch: int
+) -> float:
+    """Events per second for a burst of ``events`` stored for one partner (batching room.trending
+    ``batch`` at a time, or not at all for 0): the worker's start to the last event's arrival."""
+    from sqlalchemy import func, select
+
+    from service.db.tables import deliveries
+    from service.webhooks import partners
+    from service.webhooks.batching import BatchPolicy
+
+    engine, settings = await setup(database_url, base)
+    try:
+        if batch:
+            policy = BatchPolicy(("room.trending",), max_events=batch, max_wait=5.0)
+            async with engine.begin() as conn:  # type: ignore[attr-defined]
+                await conn.execute(partners.partners.update().values(batch=policy.dumps()))
+        await backlog(engine, events, prefix=f"burst{batch}")
+        await session.post(f"{base}/reset")
+        from service.webhooks.worker import Worker
+
+        worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+        started = time.perf_counter()
+        await worker.start()
+        try:
+            deadline = time.monotonic() + 300
+            while (await _aget(session, f"{base}/stats")) != {"count": events}:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the partner did not get all {events} events in 300 s")
+                await asyncio.sleep(0.002)
+            elapsed = time.perf_counter() - started
+        finally:
+            await worker.stop()
+        async with engine.connect() as conn:  # type: ignore[attr-defined]
+            requests = await conn.scalar(
+                select(func.count()).select_from(deliveries).where(deliveries.c.batch_id.is_(None))
+            )
+    finally:
+        await engine.dispose()  # type: ignore[attr-defined]
+    expected = -(-events // batch) if batch else events  # one delivery row per POST
+    assert requests == expected, (requests, expected)
+    return events / elapsed
+
+
+async def run_batch(args: argparse.Namespace, base: str, database_url: str) -> int:
+    from service import collector
+
+    collector.tune()
+    rounds: list[tuple[float, float]] = []
+    async with aiohttp.ClientSession() as session:
+        for _ in range(args.rounds):
+            single = await burst_rate(database_url, base, session, args.batch, args.concurrency, 0)
+            size = args.batch_size
+            batched = await burst_rate(database_url, base, session, args.batch, args.concurrency, size)
+            rounds.append((single, batched))
+    backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    print(f"batched delivery: a burst of {args.batch} room.trending events to one partner, "
+          f"concurrency {args.concurrency}, {backend}, {args.rounds} rounds (unbatched and batched "
+          "alternate)")  # fmt: skip
+    for number, (single, batched) in enumerate(rounds, 1):
+        print(f"  round {number}: unbatched {single:8.0f} events/s   batched ({args.batch_size} per POST) "
+              f"{batched:8.0f} events/s   ratio {batched / single:5.2f}")  # fmt: skip
+    best_single = max(single for single, _ in rounds)
+    best_batched = max(batched for _, batched in rounds)
+    ratio = best_batched / best_single
+    print(f"  best: unbatched {best_single:.0f} events/s, batched {best_batched:.0f} events/s: "
+          f"ratio {ratio:.2f} (target >= {BATCH_TARGET:g})")  # fmt: skip
+    ok = ratio >= BATCH_TARGET
+    print("PASS" if ok else "BELOW TARGET")
+    return 0 if ok else 1
+
+
 def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
@@ -406,7 +490,7 @@ async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
     return 0 if ok else 1
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.delivery", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--events", type=int, default=5000)
@@ -418,8 +502,13 @@ def main() -> int:
         "--isolation", type=int, default=0, metavar="EVENTS",
         help="also send this many events to a healthy partner beside 1 and 10 hanging ones",
     )  # fmt: skip
+    parser.add_argument(
+        "--batch", type=int, default=0, metavar="EVENTS",
+        help="instead: a burst of this many events to one partner, batched against unbatched",
+    )  # fmt: skip
+    parser.add_argument("--batch-size", type=int, default=100, help="maxEvents of the batching partner")
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.receive:
         serve_receiver(args.receive)
         return 0
@@ -427,6 +516,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
         database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
+        if args.batch:
+            return asyncio.run(run_batch(args, base, database_url))
         return asyncio.run(run(args, base, database_url))
 
 

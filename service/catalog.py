@@ -10,6 +10,7 @@ from typing import Any
 
 from service.events import (
     EVENT_MODELS,
+    JSON_SCHEMA_DIALECT,
     EventPayload,
     WebhookTest,
     dedupe_composition,
@@ -18,6 +19,14 @@ from service.events import (
     payload_json_schema,
 )
 from service.settings import Settings
+from service.webhooks.batching import (
+    BATCHABLE,
+    DEFAULT_MAX_EVENTS,
+    DEFAULT_MAX_WAIT,
+    MAX_EVENTS_LIMIT,
+    MAX_WAIT,
+    MIN_WAIT,
+)
 from service.webhooks.retry import DEFAULT_SCHEDULE, JITTER, MAX_RETRY_AFTER
 from service.webhooks.signing import STANDARD_ID_HEADER, signature_description
 
@@ -39,8 +48,10 @@ ATTEMPT_TIMEOUT = Settings.model_fields["webhook_timeout"].default  # SERVICE_WE
 DELIVERY_MODEL = (
     "Signed HTTPS POST of the event payload as JSON to partner-owned endpoints, only for partners "
     "who have been onboarded and have webhook delivery enabled. Delivery is at least once: treat "
-    "eventId as an idempotency key and process each event id once. The catalog itself is public, "
-    "read-only and unsigned."
+    "eventId as an idempotency key and process each event id once. A partner may have its "
+    "high-volume signals (" + ", ".join(BATCHABLE) + ") batched: one signed POST per kind whose "
+    'body is {"event": kind, "batch": true, "events": [payload, ...]} (see batchDelivery). The '
+    "catalog itself is public, read-only and unsigned."
 )
 
 RATE_LIMITS = {
@@ -50,7 +61,8 @@ RATE_LIMITS = {
     ),
     "webhookEvents": (
         "Process event ids idempotently. The service avoids repeat announcements for the same "
-        "event (see each event's dedupeKey) and may batch high-volume signals."
+        "event (see each event's dedupeKey) and batches high-volume signals for partners who opt "
+        "in (see batchDelivery)."
     ),
     "attribution": "When displaying room facts, link back to the canonical room URL (roomUrl).",
 }
@@ -111,6 +123,76 @@ def webhook_test_entry() -> dict[str, Any]:
     }
 
 
+def _batching_text() -> str:
+    return (
+        "Batching is opt-in per partner and per kind, set by an admin at onboarding: "
+        '"batch": {"events": [kinds], "maxEvents": n, "maxWaitSeconds": s} (maxEvents 1 to '
+        f"{MAX_EVENTS_LIMIT}, default {DEFAULT_MAX_EVENTS}; maxWaitSeconds {MIN_WAIT:g} to "
+        f"{MAX_WAIT:g}, default {DEFAULT_MAX_WAIT:g}). Only " + ", ".join(BATCHABLE) + " may be "
+        "batched. Events of a batched kind go out together, one POST per kind, when maxEvents "
+        "wait or the oldest has waited maxWaitSeconds. The body is "
+        '{"event": kind, "batch": true, "events": [payload, ...]}: each payload exactly the bytes '
+        "it would be sent alone (its own eventId and occurredAt), oldest first. x-service-event is "
+        f"the kind; x-service-delivery ({STANDARD_ID_HEADER}) is one id per batch; the signature "
+        "covers the whole body as for any delivery. A batch is fixed once formed: every retry "
+        "sends the same bytes under the same id. Other kinds, and partners who did not opt in, "
+        "receive one POST per event as before."
+    )
+
+
+def batch_body_schema() -> dict[str, Any]:
+    """Draft 2020-12 JSON Schema of a batch's body; each member of ``events`` is one payload of
+    the named kind (validate it against that kind's payloadSchema)."""
+    return {
+        "$schema": JSON_SCHEMA_DIALECT,
+        "title": "Batch",
+        "description": "A batched delivery: events of one kind, oldest first.",
+        "type": "object",
+        "properties": {
+            "event": {"type": "string", "enum": list(BATCHABLE), "description": "The kind of every event."},
+            "batch": {"const": True, "description": "Always true: tells a batch from a single event."},
+            "events": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_EVENTS_LIMIT,
+                "description": "Payloads exactly as each would be sent alone, oldest first.",
+                "items": {
+                    "type": "object",
+                    "required": ["eventId", "event", "occurredAt"],
+                    "properties": {"event": {"type": "string"}},
+                },
+            },
+        },
+        "required": ["event", "batch", "events"],
+        "additionalProperties": False,
+        # Every payload is of the batch's kind.
+        "allOf": [
+            {
+                "if": {"properties": {"event": {"const": kind}}},
+                "then": {"properties": {"events": {"items": {"properties": {"event": {"const": kind}}}}}},
+            }
+            for kind in BATCHABLE
+        ],
+    }
+
+
+def batch_example() -> dict[str, Any]:
+    """A batch of two, from the catalog's own example payload."""
+    first = example_payload(EVENT_MODELS[BATCHABLE[0]])
+    second = {**first, "eventId": "evt_01JZ8QN2P4Q6R8S0T2V4W6X8Y1", "occurredAt": "2026-06-29T21:00:03Z"}
+    return {"event": BATCHABLE[0], "batch": True, "events": [first, second]}
+
+
+def batch_delivery_entry() -> dict[str, Any]:
+    """The catalog's ``batchDelivery``: which kinds may be batched, and the body's schema."""
+    return {
+        "batchable": list(BATCHABLE),
+        "summary": _batching_text(),
+        "bodySchema": batch_body_schema(),
+        "exampleBody": batch_example(),
+    }
+
+
 def _subscription_model() -> dict[str, str]:
     return {
         "delivery": DELIVERY_MODEL,
@@ -122,6 +204,7 @@ def _subscription_model() -> dict[str, str]:
         ),
         "retry": _retry_text(),
         "testDelivery": _test_delivery_text(),
+        "batching": _batching_text(),
     }
 
 
@@ -164,6 +247,7 @@ def catalog_document(base_url: str) -> dict[str, Any]:
         "signature": signature_description(),
         "subscriptionModel": _subscription_model(),
         "testEvent": webhook_test_entry(),
+        "batchDelivery": batch_delivery_entry(),
     }
 
 

@@ -75,3 +75,26 @@ def test_unknown_kind() -> None:
     """A kind the catalog does not list is named in the error."""
     with pytest.raises(KeyError, match=r"room\.deleted"):
         event_docs.fields("room.deleted")
+
+
+def test_the_signed_batch_is_the_batch_vector_and_verifies() -> None:
+    """The notebook's signed batch is the batch/room.trending test vector: both signatures verify, it
+    validates against the catalog's batch schema, and its first member is the kind's single example."""
+    from jsonschema import Draft202012Validator
+
+    from service.catalog import batch_body_schema
+
+    request = event_docs.signed_batch()
+    case = {case["id"]: case for case in vectors.vectors_document("https://x.example")["cases"]}["batch/room.trending"]
+    assert request.body.decode() == case["body"]
+    assert {name: request.headers[name] for name in case["headers"]} == case["headers"]
+    sent_at = int(request.headers[signing.TIMESTAMP_HEADER])
+    signing.verify(request.headers, request.body, event_docs.EXAMPLE_SECRET, now=sent_at)
+    signing.verify_standard(request.headers, request.body, event_docs.EXAMPLE_SECRET, now=sent_at)
+    body = json.loads(request.body)
+    Draft202012Validator(batch_body_schema()).validate(body)
+    assert body["events"][0] == example_payload(EVENT_MODELS["room.trending"])
+    assert request.headers[signing.EVENT_HEADER] == "room.trending"
+    parts = event_docs.batch_section()
+    assert "`room.trending`, `room.arcade.high_score`, `room.artwork.vote_milestone`" in parts[0]
+    assert parts[-1].endswith(request.body.decode() + "\n```")

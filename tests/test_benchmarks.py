@@ -101,3 +101,20 @@ def test_secrets_benchmark_claims_and_signs_with_sealed_and_plaintext_secrets(
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("claim + sign, 2 partners x 30 events")
     assert float(lines[-1].rsplit(" ", 1)[1]) > 0
+
+
+def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.delivery --batch EVENTS` prints both rates per round and their ratio
+    (every event received, one POST per batch: the scenario checks both itself)."""
+    from benchmarks import delivery
+
+    delivery.main(["--batch", "300", "--batch-size", "50", "--rounds", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("batched delivery: a burst of 300 room.trending events")
+    round_line = lines[1].split()
+    unbatched, batched = float(round_line[3]), float(round_line[9])
+    assert unbatched > 0 and batched > 0
+    assert lines[2].startswith("  best: unbatched")
+    assert lines[-1] in ("PASS", "BELOW TARGET")

@@ -156,7 +156,8 @@ def test_versions_are_the_specs() -> None:
 
 
 def test_catalog_has_exactly_the_spec_members() -> None:
-    """The catalog document carries its ten published members and their fixed values, then testEvent."""
+    """The catalog document carries its ten published members and their fixed values, then testEvent
+    and batchDelivery."""
     assert list(CATALOG) == [
         "kind",
         "schemaVersion",
@@ -169,6 +170,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
         "signature",
         "subscriptionModel",
         "testEvent",
+        "batchDelivery",
     ]
     assert {key: CATALOG[key] for key in ("kind", "schemaVersion", "publicApi", "publicApiVersion")} == {
         "kind": "service.project.webhook-catalog",
@@ -178,7 +180,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
     }
     assert CATALOG["signature"] == signature_description()
     assert list(CATALOG["rateLimits"]) == ["catalogRoutes", "webhookEvents", "attribution"]
-    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry", "testDelivery"]
+    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry", "testDelivery", "batching"]
     strings = [
         CATALOG["deliveryModel"],
         *CATALOG["rateLimits"].values(),

@@ -101,7 +101,8 @@ def test_the_document_states_its_terms() -> None:
 
 
 def test_the_cases_cover_every_kind_a_rotation_and_every_refusal() -> None:
-    """One accepted delivery per event kind, both sides of a rotation, an earlier secret, then refusals."""
+    """One accepted delivery per event kind, both sides of a rotation, an earlier secret, refusals,
+    then (appended) a batch and its tampering."""
     assert list(CASES) == [
         *(f"single/{kind}" for kind in EVENT_MODELS),
         "rotation/new-secret",
@@ -116,6 +117,8 @@ def test_the_cases_cover_every_kind_a_rotation_and_every_refusal() -> None:
         "refused/malformed-timestamp",
         "refused/unknown-version",
         "refused/missing-signature",
+        "batch/room.trending",
+        "refused/batch-reordered",
     ]
     reasons = {
         case["expected"][scheme]["reason"] for case in CASES.values() for scheme in VERIFIERS
@@ -194,3 +197,22 @@ def test_the_module_names_match_the_document() -> None:
     assert CASES["rotation/new-secret"]["secrets"] == [vectors.ROTATED_SECRET]
     assert CASES["refused/wrong-secret"]["secrets"] == [vectors.OTHER_SECRET]
     assert CASES["earlier-secret"]["secrets"] == [vectors.EARLIER_SECRET]
+
+
+def test_the_batch_case_is_a_batch_body_of_exact_payloads() -> None:
+    """The batch case validates against the catalog's batch schema, carries the kind's example first
+    as the bytes its single case sends, and has a delivery id of its own."""
+    from jsonschema import Draft202012Validator
+
+    from service.catalog import catalog_document
+
+    case = CASES["batch/room.trending"]
+    body = json.loads(case["body"])
+    Draft202012Validator(catalog_document(BASE)["batchDelivery"]["bodySchema"]).validate(body)
+    assert case["delivery"] == "batch" and case["event"] == "room.trending" == body["event"]
+    single = CASES["single/room.trending"]["body"]
+    assert case["body"].startswith('{"event":"room.trending","batch":true,"events":[' + single + ",")
+    ids = {c["headers"]["webhook-id"] for c in CASES.values() if c["id"].startswith(("single/", "batch/"))}
+    assert len(ids) == len(EVENT_MODELS) + 1
+    assert CASES["refused/batch-reordered"]["headers"] == case["headers"]
+    assert {c["delivery"] for c in DOCUMENT["cases"][:FIRST_CASES]} == {"single"}

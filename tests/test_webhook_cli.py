@@ -202,3 +202,25 @@ def test_a_worker_whose_port_is_taken_says_so(env: dict[str, str]) -> None:
     assert done.returncode == 1
     [line] = [json.loads(text) for text in done.stderr.decode().splitlines()]
     assert line["level"] == "error" and line["message"].startswith(f"cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_partners_add_takes_a_batch_policy(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    """--batch-events, --batch-max-events and --batch-max-wait make the partner's batch policy; a
+    kind that may not be batched is refused naming the member."""
+    code, added, _ = run(capsys, "partners", "add", "--name", "P", "--url", "http://127.0.0.1:9/h",
+                         "--batch-events", "room.trending, room.arcade.high_score",
+                         "--batch-max-events", "50", "--batch-max-wait", "2.5")  # fmt: skip
+    assert code == 0
+    assert added["batch"] == {
+        "events": ["room.trending", "room.arcade.high_score"],
+        "maxEvents": 50,
+        "maxWaitSeconds": 2.5,
+    }
+    code, _, error = run(capsys, "partners", "add", "--name", "P", "--url", "http://127.0.0.1:9/h",
+                         "--batch-max-events", "5")  # fmt: skip
+    assert code != 0
+    assert [item["field"] for item in error["errors"]] == ["batch.events"]
+    code, _, error = run(capsys, "partners", "add", "--name", "P", "--url", "http://127.0.0.1:9/h",
+                         "--batch-events", "room.claimed")  # fmt: skip
+    assert code != 0
+    assert [(item["field"], item["code"]) for item in error["errors"]] == [("batch.events.0", "not_batchable")]

@@ -66,6 +66,8 @@ def test_a_delivery_is_the_stored_payload_signed_with_four_headers(make_client: 
             "createdAt": "2026-06-29T12:00:00.000000Z",
             "nextAttemptAt": None,
             "deliveredAt": "2026-06-29T12:00:02.000000Z",
+            "batchSize": None,
+            "batchId": None,
             "attempts": [
                 {
                     "attempt": 1,
@@ -359,7 +361,7 @@ def test_deliveries_listing_filters(make_client: Any) -> None:
         bad = client.get("/admin/deliveries", params={"status": "lost"}, headers=AUTH)
         assert bad.status == 400
         assert bad.json["errors"] == [
-            {"field": "status", "code": "invalid", "message": "Must be one of: pending, delivering, delivered, failed, cancelled."}
+            {"field": "status", "code": "invalid", "message": "Must be one of: pending, delivering, delivered, failed, batching, batched, cancelled."}
         ]
 
 

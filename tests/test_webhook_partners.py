@@ -71,6 +71,7 @@ def test_onboarding_answers_the_secret_once(make_client: Any) -> None:
             "url": URL,
             "events": ["room.claimed", "room.upgraded"],
             "status": "active",
+            "batch": None,
             "maxInFlight": None,
             "circuit": "closed",
             "consecutiveFailures": 0,

@@ -94,6 +94,8 @@ partners = Table(
     Column("failing_since", UTCDateTime()),
     Column("circuit_open_until", UTCDateTime()),
     Column("circuit_cooldown", Float),
+    # Batched delivery (service.webhooks.batching): JSON {"events", "maxEvents", "maxWaitSeconds"}.
+    Column("batch", Text),
 )
 
 # Every secret a partner's deliveries are signed with: the current one (expires_at NULL) and
@@ -136,6 +138,10 @@ deliveries = Table(
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("delivered_at", UTCDateTime()),
+    # A batch's own delivery carries its fixed body (every retry sends these bytes); its members
+    # (one per batched event) point to it. Both NULL for a delivery sent alone.
+    Column("body", Text),
+    Column("batch_id", String(40)),
 )
 # What workers claim from, in due order: only pending and delivering rows, so the index stays the
 # size of the queue however many delivered rows accumulate (a partial index on both databases).
@@ -160,6 +166,18 @@ Index(
     sqlite_where=CLAIMABLE,
     postgresql_where=CLAIMABLE,
 )
+
+# Batched kinds waiting for their batch, per partner in due order (a batch forms when its oldest
+# member's next_attempt_at, the moment it has waited maxWaitSeconds, passes).
+BATCHING = text("status = 'batching'")
+Index(
+    "ix_deliveries_batching",
+    deliveries.c.partner_id,
+    deliveries.c.next_attempt_at,
+    sqlite_where=BATCHING,
+    postgresql_where=BATCHING,
+)
+Index("ix_deliveries_batch_id", deliveries.c.batch_id)
 
 delivery_attempts = Table(
     "delivery_attempts",

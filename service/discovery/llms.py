@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from service.bodies import MAX_BODY_BYTES
-from service.catalog import DELIVERY_MODEL, public_api
+from service.catalog import DELIVERY_MODEL, batch_delivery_entry, public_api
 from service.discovery.content import Content
 from service.discovery.surfaces import (
     AGENT_JSON,
@@ -255,8 +255,9 @@ def _events_section(base_url: str) -> str:
         f"{DELIVERY_MODEL} The [event catalog]({catalog}) lists every kind with its JSON Schema. "
         "Every payload carries `eventId`, `event` and `occurredAt`."
     )
+    batching = "### Batched delivery\n\n" + batch_delivery_entry()["summary"]
     blocks = [_event_block(base_url, kind) for kind in EVENT_MODELS]
-    return "\n\n".join(["## Webhook events", lead, *blocks])
+    return "\n\n".join(["## Webhook events", lead, *blocks, batching])
 
 
 # A receiver's check of x-service-signature, written from the signature description; a test runs

@@ -131,6 +131,7 @@ class SubscriptionModel(Document):
     onboarding: str
     retry: str
     testDelivery: str = Field(description="The admin's test delivery; its payload is testEvent.")
+    batching: str = Field(description="Batched delivery of high-volume signals; see batchDelivery.")
 
 
 class WebhookTestEntry(Document):
@@ -144,6 +145,15 @@ class WebhookTestEntry(Document):
     payloadFields: list[PayloadField]
     examplePayload: dict[str, Any]
     payloadSchema: dict[str, Any] = Field(description="JSON Schema 2020-12 of the payload.")
+
+
+class BatchDeliveryEntry(Document):
+    """How a batched delivery looks: the kinds that may be batched and the body's schema."""
+
+    batchable: list[str]
+    summary: str
+    bodySchema: dict[str, Any] = Field(description="JSON Schema 2020-12 of a batch's body.")
+    exampleBody: dict[str, Any]
 
 
 class CatalogDocument(Document):
@@ -160,6 +170,7 @@ class CatalogDocument(Document):
     signature: dict[str, Any]
     subscriptionModel: SubscriptionModel
     testEvent: WebhookTestEntry = Field(description="The admin test delivery (webhook.test), not an event.")
+    batchDelivery: BatchDeliveryEntry = Field(description="Batched delivery: kinds and the body's schema.")
 
 
 class EventSchemaDocument(Document):

@@ -22,6 +22,7 @@ from service import commands
 from service.clock import utc_now
 from service.keyring import load_keyring
 from service.settings import Settings
+from service.webhooks.batching import BATCHABLE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_WAIT
 from service.webhooks.operations import DeliveryFilter, Operations
 from service.webhooks.partners import seal_plaintext
 from service.webhooks.worker_http import DEFAULT_HOST, DEFAULT_PORT
@@ -82,6 +83,15 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
     data: dict[str, Any] = {"name": args.name, "url": args.url}
     if args.events is not None:
         data["events"] = _kinds(args.events)
+    batch: dict[str, Any] = {}
+    if args.batch_events is not None:
+        batch["events"] = _kinds(args.batch_events)
+    if args.batch_max_events is not None:
+        batch["maxEvents"] = args.batch_max_events
+    if args.batch_max_wait is not None:
+        batch["maxWaitSeconds"] = args.batch_max_wait
+    if batch:
+        data["batch"] = batch
     return _run(settings, lambda operations: operations.onboard(data), secrets=True)
 
 
@@ -247,6 +257,21 @@ def register(group: Any) -> None:
     add.add_argument("--name", required=True, help="the partner's name, shown in listings")
     add.add_argument("--url", required=True, help="https endpoint that receives signed deliveries")
     add.add_argument("--events", help="comma-separated event kinds (default: every kind)")
+    add.add_argument(
+        "--batch-events",
+        help="comma-separated high-volume kinds to deliver in batches, one POST per kind "
+        f"(any of: {', '.join(BATCHABLE)})",
+    )
+    add.add_argument(
+        "--batch-max-events",
+        type=int,
+        help=f"a batch goes out when this many events wait (default {DEFAULT_MAX_EVENTS})",
+    )
+    add.add_argument(
+        "--batch-max-wait",
+        type=float,
+        help=f"...or when the oldest has waited this many seconds (default {DEFAULT_MAX_WAIT:g})",
+    )
     add.set_defaults(run=cmd_add)
 
     commands.add_command(

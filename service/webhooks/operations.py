@@ -30,6 +30,7 @@ from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.text import text_fault
 from service.webhooks import outbox, partners, requeue, stats
+from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
 from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
@@ -169,6 +170,12 @@ def rotation_overlap(data: Mapping[str, Any], default: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OVERLAP_SECONDS:
         raise invalid("overlapSeconds", "invalid", f"Must be a whole number from 0 to {MAX_OVERLAP_SECONDS}.")
     return value
+
+
+def batch_member(value: object) -> BatchPolicy | None:
+    """A partner body's ``batch`` member (onboarding or update): the policy, None for null (no
+    batching), or ``InvalidInput`` naming ``batch.<member>``. Store it with ``partners.set_batch``."""
+    return parse_batch(value)
 
 
 def unknown_partner() -> UnknownResource:
@@ -371,6 +378,8 @@ class Operations:
             raise UnknownResource("No delivery has this id.")
         if outcome is Resent.CANCELLED:
             raise StateConflict("This delivery's partner was removed; it is never sent again.")
+        if outcome is Resent.IN_BATCH:
+            raise StateConflict("This delivery went out in a batch (see its batchId); resend the batch.")
         if outcome is Resent.IN_FLIGHT:
             raise StateConflict("This delivery is being attempted right now; resend it once it settles.")
         self.notifier.deliveries_due()

@@ -13,7 +13,8 @@ token so a worker whose lease was taken over cannot overwrite the newer claim.
 
 Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
 ``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
-``pending`` again).
+``pending`` again). Batched kinds wait as ``batching`` until ``service.webhooks.batching`` forms
+their batch, a delivery row of its own with a fixed ``body``; its members follow it when it settles.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from service.events import EventPayload, dedupe_key, dump_payload, parse_event
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
 from service.keyring import Keyring, UnreadableSecret
+from service.webhooks.batching import BATCHED, BATCHING, BatchPolicy, form_batches, next_formed, waits_until
 from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.notify import notify
 from service.webhooks.partners import ACTIVE, DISABLED, PAUSED, pause_many
@@ -120,9 +122,20 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
         return Published(event_id=first, deliveries=0, duplicate=True)
 
     rows = await conn.execute(
-        select(partners.c.id, partners.c.events).where(partners.c.status.in_((ACTIVE, PAUSED, DISABLED)))
+        select(partners.c.id, partners.c.events, partners.c.batch).where(
+            partners.c.status.in_((ACTIVE, PAUSED, DISABLED))
+        )
     )
-    targets = [partner_id for partner_id, kinds in rows if kinds is None or payload.KIND in json.loads(kinds)]
+    targets: list[tuple[str, DeliveryStatus, datetime]] = []
+    for partner_id, kinds, batch in rows:
+        if kinds is not None and payload.KIND not in json.loads(kinds):
+            continue
+        policy = BatchPolicy.loads(batch)
+        if policy is not None and payload.KIND in policy.events:
+            # Waits for its batch; due (forces the batch out) once it has waited maxWaitSeconds.
+            targets.append((partner_id, BATCHING, waits_until(policy, now)))
+        else:
+            targets.append((partner_id, PENDING, now))
     if targets:
         await conn.execute(
             deliveries.insert(),
@@ -131,13 +144,13 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
                     "id": new_delivery_id(),
                     "event_id": payload.eventId,
                     "partner_id": partner_id,
-                    "status": PENDING,
+                    "status": status,
                     "attempts": 0,
-                    "next_attempt_at": now,
+                    "next_attempt_at": due,
                     "created_at": now,
                     "updated_at": now,
                 }
-                for partner_id in targets
+                for partner_id, status, due in targets
             ],
         )
         await notify(conn)
@@ -171,6 +184,7 @@ class Job(NamedTuple):
     claim_token: str
     claimed_until: datetime  # the lease's end, also the row's next_attempt_at while claimed
     probe: bool = False  # claimed while its partner's circuit was half-open
+    batch: bool = False  # a batch's own delivery: its members follow it when it settles
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
@@ -275,7 +289,9 @@ _CLAIMED_JOBS = (
         deliveries.c.attempts,
         events.c.id.label("event_id"),
         events.c.kind,
-        events.c.payload,
+        # A batch sends its own fixed body; any other delivery, its event's payload.
+        func.coalesce(deliveries.c.body, events.c.payload).label("payload"),
+        deliveries.c.body.is_not(None).label("batch"),
         partners.c.id.label("partner_id"),
         partners.c.url,
         partners.c.circuit_open_until,
@@ -355,10 +371,14 @@ async def claim_due(
     until = now + lease
     if conn.dialect.name == "postgresql":
         await conn.execute(_CLAIM_LOCK)
-    claimed = await conn.execute(
-        _CLAIM, {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
-    )
-    if not claimed.rowcount:
+    params = {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
+    taken = (await conn.execute(_CLAIM, params)).rowcount
+    # Batches ready now are formed after the claim's write (SQLite then holds its write lock before
+    # this transaction reads anything: a read first could not be upgraded once another connection
+    # had written) and claimed in a second pass, like any delivery.
+    if await form_batches(conn, now=now) and taken < limit:
+        taken += (await conn.execute(_CLAIM, {**params, "b_limit": limit - taken})).rowcount
+    if not taken:
         return []
     rows = (await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})).all()
     signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
@@ -381,6 +401,7 @@ async def claim_due(
                 token,
                 until,
                 row.circuit_open_until is not None,
+                bool(row.batch),
             )
         )
     return jobs
@@ -483,10 +504,41 @@ async def record_attempts(
                 for record in others
             ],
         )
+    settled_batches = [record for record in records if record.job.batch]
+    if settled_batches:
+        await _settle_members(conn, settled_batches)
     latest = max(record.finished_at for record in records)
     gone = [record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED]
     await pause_many(conn, gone, now=latest)
     return await _settle_circuits(conn, records, breaker, now=latest)
+
+
+_FOLLOW = (
+    update(deliveries)
+    .where(deliveries.c.batch_id == bindparam("b_batch"), deliveries.c.status == bindparam("b_from"))
+    .values(
+        status=bindparam("b_status"),
+        delivered_at=bindparam("b_delivered"),
+        updated_at=bindparam("b_now"),
+    )
+)
+
+
+async def _settle_members(conn: AsyncConnection, records: Sequence[AttemptRecord]) -> None:
+    """A batch delivered or failed takes its members with it (a retry keeps them ``batched``)."""
+    follow = [
+        {
+            "b_batch": record.job.delivery_id,
+            "b_from": BATCHED,
+            "b_status": STATUS_AFTER[record.outcome],
+            "b_delivered": record.finished_at if record.outcome is AttemptOutcome.DELIVERED else None,
+            "b_now": record.finished_at,
+        }
+        for record in records
+        if record.outcome in (AttemptOutcome.DELIVERED, AttemptOutcome.FAILED)
+    ]
+    if follow:
+        await conn.execute(_FOLLOW, follow)
 
 
 def _log_row(record: AttemptRecord) -> dict[str, Any]:
@@ -608,6 +660,8 @@ async def list_deliveries(
             deliveries.c.next_attempt_at,
             deliveries.c.created_at,
             deliveries.c.delivered_at,
+            deliveries.c.batch_id,
+            deliveries.c.body.is_not(None).label("batch"),
         )
         .join(events, events.c.id == deliveries.c.event_id)
         .order_by(deliveries.c.created_at.desc(), deliveries.c.id.desc())
@@ -631,6 +685,15 @@ async def list_deliveries(
         )
         for attempt in logged.mappings():
             attempts[attempt["delivery_id"]].append(attempt_view(dict(attempt)))
+    sizes: dict[str, int] = {}
+    batches = [row.id for row in rows if row.batch]
+    if batches:
+        counted = await conn.execute(
+            select(deliveries.c.batch_id, func.count())
+            .where(deliveries.c.batch_id.in_(batches))
+            .group_by(deliveries.c.batch_id)
+        )
+        sizes = {batch_id: int(count) for batch_id, count in counted}
     return [
         {
             "id": row.id,
@@ -639,8 +702,13 @@ async def list_deliveries(
             "partnerId": row.partner_id,
             "status": row.status,
             "createdAt": _time(row.created_at),
-            "nextAttemptAt": _time(row.next_attempt_at) if row.status == PENDING else None,
+            # For a delivery waiting for its batch: when the batch forms at the latest.
+            "nextAttemptAt": _time(row.next_attempt_at) if row.status in (PENDING, BATCHING) else None,
             "deliveredAt": _time(row.delivered_at),
+            # A batch's own delivery: how many events it carries (eventId is its oldest's); a
+            # member of one: the batch's delivery id, whose attempts are its attempts.
+            "batchSize": sizes.get(row.id) if row.batch else None,
+            "batchId": row.batch_id,
             "attempts": attempts[row.id],
         }
         for row in rows
@@ -662,7 +730,8 @@ def attempt_view(attempt: Mapping[str, Any]) -> dict[str, Any]:
 async def next_due(conn: AsyncConnection) -> datetime | None:
     """The next moment a worker may claim something: the earliest due time (or claim end) among
     active partners' deliveries, held back to the end of an open circuit's cool-down; None when
-    nothing waits that time alone will release (a paused partner's deliveries wait for a resume)."""
+    nothing waits that time alone will release (a paused partner's deliveries wait for a resume).
+    Deliveries waiting for their batch count from the moment the batch forms."""
     held_until = case(
         (partners.c.circuit_open_until > deliveries.c.next_attempt_at, partners.c.circuit_open_until),
         else_=deliveries.c.next_attempt_at,
@@ -672,7 +741,8 @@ async def next_due(conn: AsyncConnection) -> datetime | None:
         .join(partners, partners.c.id == deliveries.c.partner_id)
         .where(_CLAIMABLE, partners.c.status == literal_column(f"'{ACTIVE}'"))
     )
-    return due
+    formed = await next_formed(conn)  # a batch forms (and is due) when its oldest has waited
+    return min((moment for moment in (due, formed) if moment is not None), default=None)
 
 
 async def queue_depth(conn: AsyncConnection) -> dict[DeliveryStatus, int]:

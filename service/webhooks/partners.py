@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -39,6 +39,7 @@ from service.ids import new_id
 from service.keyring import SEALED, Keyring
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
+from service.webhooks.batching import BatchPolicy, batch_errors
 from service.webhooks.breaker import BreakerState, circuit
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX
@@ -51,10 +52,15 @@ PAUSED = PartnerStatus.PAUSED
 DISABLED = PartnerStatus.DISABLED
 REMOVED = PartnerStatus.REMOVED
 # What removing a partner cancels: everything not yet delivered or given up on.
-UNDELIVERED = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
+UNDELIVERED = (
+    DeliveryStatus.PENDING,
+    DeliveryStatus.DELIVERING,
+    DeliveryStatus.BATCHING,
+    DeliveryStatus.BATCHED,
+)
 NAME_MAX_LENGTH = 200  # the partners.name column
 SECRET_BYTES = 32  # docs/architecture.md "Partners": 256 bits, within the 24 to 64 Standard Webhooks allows
-MEMBERS = frozenset({"name", "url", "events", "maxInFlight"})
+MEMBERS = frozenset({"name", "url", "events", "batch", "maxInFlight"})
 MAX_IN_FLIGHT_LIMIT = 1000  # a partner's own cap; more than a worker would ever hold for one
 
 
@@ -78,6 +84,7 @@ class Partner:
     max_in_flight: int | None = None  # None: SERVICE_WEBHOOK_MAX_IN_FLIGHT
     breaker: BreakerState = field(default_factory=BreakerState)
     old_secrets_expire: tuple[datetime, ...] = ()  # each old secret's expiry; never the secrets
+    batch: BatchPolicy | None = None  # None: every delivery goes out alone
 
     def wants(self, kind: str) -> bool:
         return self.events is None or kind in self.events
@@ -97,6 +104,7 @@ class Partner:
             "url": self.url,
             "events": list(self.events) if self.events is not None else None,
             "status": self.status,
+            "batch": self.batch.public() if self.batch is not None else None,
             "maxInFlight": self.max_in_flight,
             "circuit": circuit(self.breaker, now),
             "consecutiveFailures": self.breaker.consecutive_failures,
@@ -114,6 +122,7 @@ class NewPartner:
     url: str
     events: tuple[str, ...] | None
     max_in_flight: int | None = None
+    batch: BatchPolicy | None = None
 
 
 def _partner(row: RowMapping, old_secrets_expire: Sequence[datetime] = ()) -> Partner:
@@ -134,6 +143,7 @@ def _partner(row: RowMapping, old_secrets_expire: Sequence[datetime] = ()) -> Pa
             open_until=row["circuit_open_until"],
             cooldown=row["circuit_cooldown"],
         ),
+        batch=BatchPolicy.loads(row["batch"]),
     )
 
 
@@ -212,13 +222,21 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
     if "events" in data:
         kinds, event_errors = _events_filter(data["events"])
         errors.extend(event_errors)
+    batch, batch_faults = batch_errors(data.get("batch"))
+    errors.extend(batch_faults)
+    if batch is not None and kinds is not None:
+        errors.extend(
+            FieldError(f"batch.events.{index}", "not_subscribed", "Batch only kinds the partner receives.")
+            for index, kind in enumerate(batch.events)
+            if kind not in kinds
+        )
     cap = data.get("maxInFlight")
     errors += _cap_errors(cap)
     if errors:
         raise InvalidInput(errors=errors)
     name, url = data["name"], data["url"]
     assert isinstance(name, str) and isinstance(url, str) and (cap is None or isinstance(cap, int))
-    return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap)
+    return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap, batch=batch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,8 +248,9 @@ class PartnerChange:
 
 
 def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
-    """An update body, strictly: at least one of ``{name, url, events, maxInFlight}``; ``events``
-    null means every kind again and ``maxInFlight`` null the default cap."""
+    """An update body, strictly: at least one of ``{name, url, events, batch, maxInFlight}``;
+    ``events`` null means every kind again, ``batch`` null no batching, ``maxInFlight`` null the
+    default cap. Deliveries waiting for a batch of a kind no longer batched go out alone."""
     errors = _unknown_members(data)
     if not data:
         errors.append(FieldError("body", "missing", f"Name at least one of: {', '.join(sorted(MEMBERS))}."))
@@ -251,6 +270,18 @@ def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
     if "maxInFlight" in data:
         errors += _cap_errors(data["maxInFlight"])
         values["max_in_flight"] = data["maxInFlight"]
+    if "batch" in data:
+        batch, batch_faults = batch_errors(data["batch"])
+        errors += batch_faults
+        if batch is not None and "events" in data and data["events"] is not None and not batch_faults:
+            wanted = data["events"] if isinstance(data["events"], list) else []
+            message = "Batch only kinds the partner receives."
+            errors.extend(
+                FieldError(f"batch.events.{index}", "not_subscribed", message)
+                for index, kind in enumerate(batch.events)
+                if kind not in wanted
+            )
+        values["batch"] = batch.dumps() if batch is not None else None
     if errors:
         raise InvalidInput(errors=errors)
     url = values.get("url")
@@ -287,6 +318,7 @@ async def create_partner(
         created_at=now,
         updated_at=now,
         max_in_flight=new.max_in_flight,
+        batch=new.batch,
     )
     await conn.execute(
         partners.insert().values(
@@ -296,6 +328,7 @@ async def create_partner(
             events=json.dumps(list(new.events)) if new.events is not None else None,
             status=ACTIVE,
             max_in_flight=new.max_in_flight,
+            batch=new.batch.dumps() if new.batch is not None else None,
             created_at=now,
             updated_at=now,
         )
@@ -380,6 +413,20 @@ async def delete_expired_secrets(conn: AsyncConnection, *, now: datetime) -> int
     return int(result.rowcount)
 
 
+async def set_batch(
+    conn: AsyncConnection, partner_id: str, policy: BatchPolicy | None, *, now: datetime
+) -> bool:
+    """Change the partner's batch policy; whether the partner exists. Deliveries waiting for a batch
+    of a kind no longer batched go out alone at the next claim; events published from now on
+    follow the new policy."""
+    result = await conn.execute(
+        update(partners)
+        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .values(batch=policy.dumps() if policy is not None else None, updated_at=now)
+    )
+    return bool(result.rowcount)
+
+
 async def rotate_secret(
     conn: AsyncConnection,
     partner_id: str,
@@ -443,11 +490,18 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
     """Make the partner's failed deliveries pending again, due now; how many were requeued.
 
     Each requeued delivery gets one more attempt; if that one fails too it is failed again
-    (its schedule was already spent), until the next admin retry.
+    (its schedule was already spent), until the next admin retry. A failed batch is requeued as
+    one delivery (the same bytes); its members wait in it again, ``batched``.
     """
+    failed = and_(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+    await conn.execute(
+        update(deliveries)
+        .where(failed, deliveries.c.batch_id.is_not(None))
+        .values(status=DeliveryStatus.BATCHED, updated_at=now)
+    )
     result = await conn.execute(
         update(deliveries)
-        .where(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+        .where(failed)
         .values(status=DeliveryStatus.PENDING, next_attempt_at=now, updated_at=now)
     )
     if result.rowcount:

@@ -3,7 +3,9 @@
 Both make deliveries ``pending`` and due now, with their delivery id, body and attempt count kept:
 the next attempt is numbered after the last one logged, and the partner sees the same
 ``x-service-delivery`` id (``webhook-id``) as before, so a receiver that deduplicates by it can.
-A partner that was removed is never sent to again: its cancelled deliveries stay cancelled.
+A partner that was removed is never sent to again: its cancelled deliveries stay cancelled. A
+batch is sent again as a whole (its own delivery, the same bytes); the events in it wait in it
+again (``batched``) and are never requeued one by one.
 (A partner's own ``retry`` of its failed deliveries is ``partners.retry_failed``.)
 """
 
@@ -53,7 +55,15 @@ async def replay(
     ]
     if partner_id is not None:
         conditions.append(deliveries.c.partner_id == partner_id)
-    result = await conn.execute(update(deliveries).where(*conditions).values(**_requeue(now)))
+    batches = select(deliveries.c.id).where(*conditions, deliveries.c.body.is_not(None))
+    await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.batch_id.in_(batches.scalar_subquery()))
+        .values(status=DeliveryStatus.BATCHED, updated_at=now)
+    )
+    result = await conn.execute(
+        update(deliveries).where(*conditions, deliveries.c.batch_id.is_(None)).values(**_requeue(now))
+    )
     if result.rowcount:
         await notify(conn)
     return int(result.rowcount)
@@ -64,6 +74,7 @@ class Resent(Enum):
     UNKNOWN = "unknown"  # no such delivery
     IN_FLIGHT = "in flight"  # being attempted right now: it settles within its lease
     CANCELLED = "cancelled"  # its partner was removed
+    IN_BATCH = "in a batch"  # it went out in a batch: resend the batch
 
 
 async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> Resent:
@@ -71,14 +82,18 @@ async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> R
     two attempts in flight at once) or one whose partner was removed."""
     row = (
         await conn.execute(
-            select(deliveries.c.status, deliveries.c.claimed_until).where(deliveries.c.id == delivery_id)
+            select(deliveries.c.status, deliveries.c.claimed_until, deliveries.c.batch_id).where(
+                deliveries.c.id == delivery_id
+            )
         )
     ).first()
     if row is None:
         return Resent.UNKNOWN
-    status, claimed_until = row
+    status, claimed_until, batch_id = row
     if status == DeliveryStatus.CANCELLED:
         return Resent.CANCELLED
+    if batch_id is not None:
+        return Resent.IN_BATCH
     if status == DeliveryStatus.DELIVERING and claimed_until is not None and claimed_until > now:
         return Resent.IN_FLIGHT
     # Guarded by the state read above: a worker that claimed or settled it since wins.
@@ -89,5 +104,10 @@ async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> R
     )
     if not changed.rowcount:
         return Resent.IN_FLIGHT
+    await conn.execute(  # a batch's events wait in it again
+        update(deliveries)
+        .where(deliveries.c.batch_id == delivery_id)
+        .values(status=DeliveryStatus.BATCHED, updated_at=now)
+    )
     await notify(conn)
     return Resent.REQUEUED

@@ -10,7 +10,11 @@ Delivery states::
     pending, delivering ──partner removed──▶ cancelled (never sent again)
     delivered, failed ──admin resend (replay: by window)──▶ pending
 
-A ``pending`` delivery waits for its time, or for its partner to be resumed. Storage, indexes,
+A ``pending`` delivery waits for its time, or for its partner to be resumed.
+
+Batched kinds (``service.webhooks.batching``) wait first as ``batching``; once their batch is
+formed they are ``batched`` (their ``batch_id`` names the batch's own delivery, which goes through
+the states above) and they follow the batch to ``delivered`` or ``failed``. Storage, indexes,
 metrics and the admin API all use these members, never bare strings.
 """
 
@@ -24,6 +28,8 @@ class DeliveryStatus(StrEnum):
     DELIVERING = "delivering"
     DELIVERED = "delivered"
     FAILED = "failed"
+    BATCHING = "batching"  # a batched kind waiting for its batch to form
+    BATCHED = "batched"  # in a formed batch: sent as part of the batch's own delivery
     CANCELLED = "cancelled"  # its partner was removed: never sent
 
 

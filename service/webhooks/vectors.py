@@ -22,10 +22,11 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.catalog import public_api
+from service.catalog import batch_example, public_api
 from service.clock import ManualClock
 from service.events import EVENT_MODELS
 from service.ids import SeededIds
+from service.webhooks.batching import batch_body
 from service.webhooks.outbox import encode_payload
 from service.webhooks.signing import (
     DELIVERY_HEADER,
@@ -95,7 +96,10 @@ class VectorCase(BaseModel):
 
     id: str = Field(description="Stable name of the case.")
     description: str
-    delivery: Literal["single"] = Field(description="What the body holds: one event.")
+    delivery: Literal["single", "batch"] = Field(
+        description='What the body holds: one event (single), or {"event", "batch": true, "events": '
+        "[...]} with several events of one kind (batch)."
+    )
     event: str = Field(description="The event kind in the body.")
     secrets: list[str] = Field(description="The secrets the receiver holds, as issued.")
     standardWebhooksSecrets: list[str] = Field(
@@ -136,13 +140,15 @@ class SignedDelivery:
     body: bytes
 
 
-def _delivery_ids() -> dict[str, str]:
-    """One fixed delivery id per kind, as the service writes them (ULIDs at SIGNED_AT)."""
+def _delivery_ids() -> tuple[dict[str, str], str]:
+    """One fixed delivery id per kind, then the batch's, as the service writes them (ULIDs at
+    SIGNED_AT); drawn in this order so the ids of the first cases never change."""
     ids = SeededIds(ManualClock(datetime.fromtimestamp(SIGNED_AT, UTC)), "webhook test vectors")
-    return {kind: ids(DELIVERY_PREFIX) for kind in EVENT_MODELS}
+    per_kind = {kind: ids(DELIVERY_PREFIX) for kind in EVENT_MODELS}
+    return per_kind, ids(DELIVERY_PREFIX)
 
 
-DELIVERY_IDS = _delivery_ids()
+DELIVERY_IDS, BATCH_DELIVERY_ID = _delivery_ids()
 
 
 def example_delivery(
@@ -154,6 +160,22 @@ def example_delivery(
     headers = signature_headers(
         event=kind, delivery_id=DELIVERY_IDS[kind], body=body, secrets=secrets, timestamp=timestamp
     )
+    return SignedDelivery(kind, headers, body)
+
+
+def batch_delivery(*, reverse: bool = False) -> SignedDelivery:
+    """The catalog's example batch delivered as the service would (``reverse``: its events swapped
+    after signing, a tampering)."""
+    example = batch_example()
+    kind = example["event"]
+    model = EVENT_MODELS[kind]
+    payloads = [encode_payload(model.model_validate(payload)) for payload in example["events"]]
+    body = batch_body(kind, payloads).encode("utf-8")
+    headers = signature_headers(
+        event=kind, delivery_id=BATCH_DELIVERY_ID, body=body, secrets=(SECRET,), timestamp=SIGNED_AT
+    )
+    if reverse:
+        body = batch_body(kind, payloads[::-1]).encode("utf-8")
     return SignedDelivery(kind, headers, body)
 
 
@@ -174,11 +196,12 @@ def _case(
     delivery: SignedDelivery,
     held: Sequence[str],
     expected: dict[str, Expectation],
+    kind: Literal["single", "batch"] = "single",
 ) -> VectorCase:
     return VectorCase(
         id=case_id,
         description=description,
-        delivery="single",
+        delivery=kind,
         event=delivery.event,
         secrets=list(held),
         standardWebhooksSecrets=[standard_webhooks_secret(secret) for secret in held],
@@ -317,6 +340,24 @@ def cases() -> list[VectorCase]:
             _with_headers(claimed, x_service_signature=None, webhook_signature=None),
             [SECRET],
             _both(_refused("missing_header")),
+        ),
+        # Appended after the first 21: batched delivery.
+        _case(
+            "batch/room.trending",
+            "A batch of two room.trending events, one delivery id for the batch; each payload is "
+            "exactly what it would be sent alone, oldest first.",
+            batch_delivery(),
+            [SECRET],
+            _both(ACCEPT),
+            "batch",
+        ),
+        _case(
+            "refused/batch-reordered",
+            "The same batch with its two events swapped after signing: the order is signed too.",
+            batch_delivery(reverse=True),
+            [SECRET],
+            _both(_refused("bad_signature")),
+            "batch",
         ),
     ]
 
