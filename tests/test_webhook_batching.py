@@ -19,6 +19,7 @@ from webhook_helpers import (
     Reply,
     deliveries,
     drain,
+    fixed_keyring,
     onboard,
     publish,
     room_claimed,
@@ -408,13 +409,15 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
         policy = BatchPolicy(("room.trending",), max_events=10, max_wait=5)
         async with engines[0].begin() as conn:
             new = NewPartner("batching", "https://partner.example/hook", None, 1000, batch=policy)
-            await partners.create_partner(conn, new, now=clock())
+            await partners.create_partner(conn, new, now=clock(), keyring=fixed_keyring())
         for number in range(95):
             await outbox.publish_event(engines[0], trending(number), now=clock())
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(conn, now=clock(), limit=50, lease=timedelta(seconds=30), default_cap=8)
+                jobs = await outbox.claim_due(
+                    conn, now=clock(), limit=50, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+                )
             assert all(job.batch for job in jobs)
             return len(jobs)
 
