@@ -25,8 +25,7 @@ from benchmarks.drills.children import Children
 from service.clock import utc_now
 from service.db.engine import create_engine
 from service.db.tables import deliveries
-from service.webhooks import outbox, partners
-from service.webhooks.partners import NewPartner
+from service.webhooks import outbox
 from tests.conftest import _empty_tables
 from tests.processes import free_port
 
@@ -36,6 +35,7 @@ CAP = 3
 EVENTS = 8  # per partner, more than two caps' worth
 TURNS = 3  # claim turns each worker takes while the caps are full
 DEADLINE = 60.0  # seconds for any one condition; met within a few on an idle machine
+SECRETS_KEY = "AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE="  # 32 bytes of 0x01, for secrets at rest
 
 
 class HoldingReceiver(Receiver):
@@ -104,19 +104,11 @@ def _delivered(metrics: str) -> int:
 
 
 def test_the_cap_holds_across_two_worker_processes(postgres_database: str, tmp_path: Path) -> None:
-    """Two workers, two partners capped at 3, requests held open: never more than 3 open per
+    """Two workers, two partners capped at 3 (SERVICE_WEBHOOK_MAX_IN_FLIGHT), requests held open: never more than 3 open per
     partner, though both workers claim while the caps are full; then every event arrives."""
     asyncio.run(_empty_tables(postgres_database))
     with HoldingReceiver() as receiver, Children(tmp_path / "logs") as children:
         paths = ["/a", "/b"]
-
-        async def setup() -> None:
-            engine = create_engine(postgres_database)
-            async with engine.begin() as conn:
-                for path in paths:
-                    new = NewPartner(f"partner {path}", receiver.url(path), None, CAP)
-                    await partners.create_partner(conn, new, now=utc_now())
-            await engine.dispose()
 
         async def publish() -> None:
             engine = create_engine(postgres_database)
@@ -134,12 +126,15 @@ def test_the_cap_holds_across_two_worker_processes(postgres_database: str, tmp_p
             await engine.dispose()
             return found
 
-        asyncio.run(setup())
         env = {
             "SERVICE_DATABASE_URL": postgres_database,
+            "SERVICE_SECRETS_KEY": SECRETS_KEY,
             "SERVICE_WEBHOOK_ALLOW_PRIVATE_URLS": "1",
+            "SERVICE_WEBHOOK_MAX_IN_FLIGHT": str(CAP),  # every worker's default cap
             "SERVICE_WEBHOOK_TIMEOUT": "60",  # held requests must not time out
         }
+        for path in paths:
+            children.cli(env, "partners", "add", "--name", f"partner {path}", "--url", receiver.url(path))
         ports = [free_port(), free_port()]
         workers = [
             children.spawn(f"worker-{n}", ["worker", "--port", str(port)], env)
