@@ -13,6 +13,7 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
 
     python -m benchmarks.delivery [--events 5000] [--concurrency 32] [--samples 200] [--rounds 3]
                                   [--database-url postgresql://user@host/db]
+                                  [--isolation EVENTS [--isolation-rounds 3]]
 
 With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
 events stored for one partner, drained by the worker, first with the partner unbatched (one POST
@@ -218,14 +219,14 @@ async def setup(database_url: str, base: str) -> tuple[object, object]:
     return engine, bench_settings(database_url)
 
 
-async def backlog(engine: object, count: int, prefix: str = "svc") -> None:
+async def backlog(engine: object, count: int, prefix: str = "svc", chunk: int = 1000) -> None:
     from service.events import parse_event
     from service.webhooks import outbox
 
     now = _now()
-    for start in range(0, count, 1000):
+    for start in range(0, count, chunk):
         async with engine.begin() as conn:  # type: ignore[attr-defined]
-            for index in range(start, min(count, start + 1000)):
+            for index in range(start, min(count, start + chunk)):
                 await outbox.publish(conn, parse_event(event(index, prefix), now=now), now=now)
 
 
@@ -302,7 +303,7 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
         try:
             # The burst is one transaction, so the publisher's own cost (one delivery row per
             # partner) does not stand in for the delivery rate being measured.
-            await backlog(engine, events, prefix=f"iso{hanging}")
+            await backlog(engine, events, prefix=f"iso{hanging}", chunk=events)
             published = time.time()
             worker.wake.set()
             deadline = time.monotonic() + 60
@@ -394,6 +395,33 @@ async def run_batch(args: argparse.Namespace, base: str, database_url: str) -> i
     return 0 if ok else 1
 
 
+async def isolation(args: argparse.Namespace, base: str, database_url: str) -> bool:
+    """Rounds of K = 0, 1, 10 side by side, so the machine's other load hits each alike; the best
+    rate and p99 of each K count."""
+    runs = [
+        await beside_hanging(database_url, base, k, args.isolation)
+        for _ in range(args.isolation_rounds)
+        for k in (0, 1, 10)
+    ]
+    best = {k: max(r.rate for r in runs if r.hanging == k) for k in (0, 1, 10)}
+    p99 = {k: min(r.p99_ms for r in runs if r.hanging == k) for k in (0, 1, 10)}
+    print(f"isolation: {args.isolation} events published in a burst to one healthy partner beside K "
+          f"partners that never answer (default cap and timeout); {args.isolation_rounds} rounds of "
+          "K = 0, 1, 10")  # fmt: skip
+    for number, r in enumerate(runs):
+        print(
+            f"  round {number // 3 + 1} K={r.hanging:2d}: {r.rate:7.0f} deliveries/s, p99 {r.p99_ms:7.1f} ms"
+        )
+    ok = True
+    for k in (1, 10):
+        rate_ratio, p99_ratio = best[k] / best[0], p99[0] / p99[k]
+        ok = ok and rate_ratio >= ISOLATION_TARGET and p99_ratio >= ISOLATION_TARGET
+        print(f"  best K={k:2d}: {best[k]:7.0f}/s, p99 {p99[k]:7.1f} ms; alone {best[0]:7.0f}/s, p99 "
+              f"{p99[0]:7.1f} ms: rate ratio {rate_ratio:4.2f}, p99 ratio (alone / beside) {p99_ratio:4.2f} "
+              f"(target >= {ISOLATION_TARGET})")  # fmt: skip
+    return ok
+
+
 def _percentile(ordered: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
@@ -473,19 +501,7 @@ async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
           f"(target p99 < {P99_TARGET_MS:g} ms)")  # fmt: skip
     ok = ratio >= RATIO_TARGET and p99 < P99_TARGET_MS
     if args.isolation:
-        results = [await beside_hanging(database_url, base, k, args.isolation) for k in (0, 1, 10, 0)]
-        alone = [r for r in results if r.hanging == 0]
-        alone_rate = max(r.rate for r in alone)
-        alone_p99 = min(r.p99_ms for r in alone)
-        print(f"isolation: {args.isolation} events published in a burst to one healthy partner beside K "
-              "partners that never answer (default cap and timeout); runs K = 0, 1, 10, 0")  # fmt: skip
-        for r in results:
-            print(f"  K={r.hanging:2d}: {r.rate:7.0f} deliveries/s, p99 {r.p99_ms:7.1f} ms   "
-                  f"rate ratio to alone {r.rate / alone_rate:4.2f}")  # fmt: skip
-        worst = min(r.rate / alone_rate for r in results if r.hanging)
-        ok = ok and worst >= ISOLATION_TARGET
-        print(f"  worst rate ratio beside hanging partners {worst:.2f} (target >= {ISOLATION_TARGET}); "
-              f"best p99 alone {alone_p99:.1f} ms")  # fmt: skip
+        ok = await isolation(args, base, database_url) and ok
     print("PASS" if ok else "BELOW TARGET")
     return 0 if ok else 1
 
@@ -507,6 +523,9 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: a burst of this many events to one partner, batched against unbatched",
     )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=100, help="maxEvents of the batching partner")
+    parser.add_argument(
+        "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
+    )
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.receive:

@@ -41,6 +41,28 @@ def test_quick_run_prints_the_table() -> None:
     assert float(rows[0]["baseline req/s"].replace(",", "")) > 0
 
 
+@pytest.mark.slow
+def test_delivery_benchmark_runs_the_isolation_rounds() -> None:
+    """`python -m benchmarks.delivery --isolation` drains, measures latency, then runs K = 0, 1, 10
+    side by side and prints both ratios for K = 1 and 10 (the verdict depends on the machine)."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.delivery", "--events", "200", "--rounds", "1", "--samples", "5",
+         "--isolation", "100", "--isolation-rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )  # fmt: skip
+    assert completed.returncode in (0, 1), completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    rounds = [line for line in lines if line.strip().startswith("round 1 K=")]
+    assert [line.split("K=")[1].split(":")[0].strip() for line in rounds] == ["0", "1", "10"]
+    best = [line for line in lines if line.strip().startswith("best K=")]
+    assert len(best) == 2 and all("rate ratio" in line and "p99 ratio" in line for line in best)
+    assert lines[-1] in ("PASS", "BELOW TARGET")
+
+
 @pytest.mark.parametrize("scenario", waitlist.SCENARIOS, ids=lambda s: s.key)
 def test_scenario_bodies_get_the_expected_answer(scenario: waitlist.Scenario) -> None:
     """Every body a scenario sends is valid (200 scenarios) or refused (the 400 one) by the service."""

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.drills import delivery, hostile, ratelimit, registrations
+from benchmarks.drills import delivery, hostile, partners, ratelimit, registrations
 from benchmarks.drills.report import Report
 
 pytestmark = pytest.mark.slow
@@ -65,6 +65,29 @@ def test_every_event_reaches_every_partner_through_failures_and_kills(kind: str,
     assert kills >= plan.kills and restarts == kills
     assert any("verify with signing.verify" in claim for claim in report.proved)
     assert any("bytes of its first arrival" in claim for claim in report.proved)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_hostile_partners_hold_up_no_healthy_one(kind: str, tmp_path: Path) -> None:
+    """Partners that hang, answer garbage, reset, send NUL bytes or a huge header, beside two healthy
+    ones, workers SIGKILLed: every healthy delivery arrives, nothing is lost, excerpts stored clean,
+    hostile circuits open."""
+    plan = partners.SHORT
+    report = _proved(partners.run(kind, tmp_path, plan, _postgres(kind)))
+    numbers = report.numbers
+    healthy = {name: {"delivered": plan.events} for name in partners.HEALTHY}
+    states = numbers["deliveries by partner and state"]
+    assert {name: states[name] for name in partners.HEALTHY} == healthy
+    assert all(sum(states[name].values()) == plan.events for name in partners.HOSTILE)
+    assert all(states[name].get("delivered", 0) == 0 for name in partners.HOSTILE)
+    errors = numbers["attempts by partner and error class"]
+    assert errors["nul"].get("http_503", 0) > 0
+    assert errors["hang"].get("timeout", 0) > 0
+    assert all(numbers["connections to each hostile partner"][name] > 0 for name in partners.HOSTILE)
+    kills, restarts = (int(part) for part in numbers["SIGKILLs / restarts"].split(" / "))
+    assert kills >= plan.kills and restarts == kills
+    assert any("circuit is open" in claim for claim in report.proved)
+    assert any("plain text" in claim for claim in report.proved)
 
 
 def test_schemathesis_finds_no_server_error_or_schema_violation(tmp_path: Path) -> None:

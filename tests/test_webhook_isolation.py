@@ -39,7 +39,9 @@ async def _setup(
 ) -> None:
     async with engine.begin() as conn:
         for name, url, cap in targets:
-            await partners.create_partner(conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring)
+            await partners.create_partner(
+                conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
+            )
     for index in range(events):
         await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
 
@@ -118,7 +120,12 @@ def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
         await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
         async with engine.begin() as conn:
             jobs = await outbox.claim_due(
-                conn, now=clock(), limit=4, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+                conn,
+                now=clock(),
+                limit=4,
+                lease=timedelta(seconds=30),
+                default_cap=8,
+                keyring=fixed_keyring(),
             )
         await engine.dispose()
         return ["big" if job.partner_id == big.id else "late" for job in jobs]
@@ -168,7 +175,9 @@ def test_a_row_the_database_refuses_is_stored_without_it(
             async with Worker(engine, settings=config, clock=clock, keyring=keyring) as worker:
                 await worker.drain()
             async with engine.connect() as conn:
-                rows = await conn.execute(select(delivery_attempts.c.response_excerpt, delivery_attempts.c.outcome))
+                rows = await conn.execute(
+                    select(delivery_attempts.c.response_excerpt, delivery_attempts.c.outcome)
+                )
                 logged = [(excerpt, outcome) for excerpt, outcome in rows]
             await engine.dispose()
             return logged
@@ -189,7 +198,9 @@ def test_the_circuit_opens_holds_probes_and_closes(
 ) -> None:
     """Three failures open the circuit: held deliveries keep their schedule and nothing is sent
     until the cool-down ends; a failed probe doubles it; a good probe closes it and the backlog goes."""
-    options = settings(webhook_breaker_failures=3, webhook_breaker_cooldown=30, webhook_retry_schedule=(10,) * 8)
+    options = settings(
+        webhook_breaker_failures=3, webhook_breaker_cooldown=30, webhook_retry_schedule=(10,) * 8
+    )
     with Receiver(Reply(500)) as receiver, make_client(**options) as client:
         partner = onboard(client, receiver.url())
         for index in range(6):
@@ -244,12 +255,18 @@ def test_a_partner_failing_for_too_long_is_disabled_until_resumed(
         assert drain(client) == 0 and len(receiver.requests) == sent
         receiver.default = Reply()
         resumed = client.post(f"/admin/partners/{partner['id']}/resume", headers=AUTH).json
-        assert (resumed["status"], resumed["circuit"], resumed["consecutiveFailures"]) == ("active", "closed", 0)
+        assert (resumed["status"], resumed["circuit"], resumed["consecutiveFailures"]) == (
+            "active",
+            "closed",
+            0,
+        )
         assert drain(client) == 1
         assert [delivery["status"] for delivery in deliveries(client)] == ["delivered"]
 
 
-def test_a_delivery_ending_failed_is_a_warning_and_a_metric(make_client: Any, clock: Any, caplog: Any) -> None:
+def test_a_delivery_ending_failed_is_a_warning_and_a_metric(
+    make_client: Any, clock: Any, caplog: Any
+) -> None:
     """When the schedule is spent the operator hears of it: a WARNING line and a counter by partner."""
     with Receiver(Reply(500)) as receiver, make_client(**settings(webhook_retry_schedule=())) as client:
         partner = onboard(client, receiver.url())
@@ -260,3 +277,57 @@ def test_a_delivery_ending_failed_is_a_warning_and_a_metric(make_client: Any, cl
         assert line.levelno == logging.WARNING and line.partner == partner["id"]  # type: ignore[attr-defined]
         text = client.get("/admin/metrics", headers=AUTH).text
         assert f'service_webhook_deliveries_failed_total{{partner="{partner["id"]}"}} 1.0' in text
+
+
+def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alone(
+    database_url: str, clock: Any
+) -> None:
+    """A delivered attempt closes its partner's open circuit and forgets its failures (reported
+    once, as closed); a partner already closed and reset is left as it is, with nothing reported."""
+    from service.webhooks.breaker import BreakerPolicy, Change
+    from service.webhooks.states import AttemptOutcome
+
+    lease = timedelta(seconds=30)
+
+    def delivered(job: outbox.Job) -> outbox.AttemptRecord:
+        return outbox.AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+
+    async def scenario() -> tuple[list[Any], list[Any], tuple[Any, ...]]:
+        engine = create_engine(database_url)
+        await _setup(
+            engine, clock, [("recovering", "https://partner.example/hook", None)], 2, fixed_keyring()
+        )
+        async with engine.begin() as conn:
+            jobs = await outbox.claim_due(
+                conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
+            )
+            partner_id = jobs[0].partner_id
+            await conn.execute(
+                partners.partners.update().values(
+                    consecutive_failures=4,
+                    failing_since=clock(),
+                    circuit_open_until=clock() - timedelta(seconds=1),
+                    circuit_cooldown=30.0,
+                )
+            )
+        async with engine.begin() as conn:
+            first = await outbox.record_attempts(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
+        async with engine.begin() as conn:
+            second = await outbox.record_attempts(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
+            row = (
+                await conn.execute(
+                    select(
+                        partners.partners.c.consecutive_failures,
+                        partners.partners.c.failing_since,
+                        partners.partners.c.circuit_open_until,
+                        partners.partners.c.circuit_cooldown,
+                    ).where(partners.partners.c.id == partner_id)
+                )
+            ).one()
+        await engine.dispose()
+        assert first == [(partner_id, Change.CLOSED)]
+        return first, second, tuple(row)
+
+    _, second, row = asyncio.run(scenario())
+    assert second == []
+    assert row == (0, None, None, None)

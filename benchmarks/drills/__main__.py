@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.drills import delivery, hostile, ratelimit, registrations, stores
+from benchmarks.drills import delivery, hostile, partners, ratelimit, registrations, stores
 from benchmarks.drills.report import Report
 
 Drill = Callable[[Path, bool], list[Report]]
@@ -37,6 +37,12 @@ def _hostile(workdir: Path, short: bool) -> list[Report]:
     return [hostile.run(workdir, hostile.SHORT if short else hostile.FULL)]
 
 
+def _partners(workdir: Path, short: bool) -> list[Report]:
+    plan = partners.SHORT if short else partners.FULL
+    postgres = stores.postgres_url()
+    return [partners.run(kind, workdir, plan, postgres) for kind in ("sqlite", "postgresql")]
+
+
 def _ratelimit(workdir: Path, short: bool) -> list[Report]:
     return [ratelimit.run(workdir, ratelimit.SHORT if short else ratelimit.FULL, stores.redis_url())]
 
@@ -45,6 +51,7 @@ DRILLS: dict[str, Drill] = {
     "registrations": _registrations,
     "delivery": _delivery,
     "hostile": _hostile,
+    "hostile partners": _partners,
     "ratelimit": _ratelimit,
 }
 

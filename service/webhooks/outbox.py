@@ -6,8 +6,9 @@ PostgreSQL a ``FOR UPDATE SKIP LOCKED`` subquery lets many workers claim side by
 sharing a row; on SQLite the same conditional ``UPDATE`` runs under the database's single write
 lock. A claim is a lease (``claimed_until``, copied to ``next_attempt_at``): a worker killed
 mid-attempt leaves its deliveries ``delivering`` until the lease runs out, and then any worker
-takes them again (at least once). Claims read the partial index ``ix_deliveries_claimable``, which
-holds only pending and delivering rows in due order.
+takes them again (at least once). Claims read each partner with room under its cap through the
+partial index ``ix_deliveries_partner_claimable``, which holds only pending and delivering rows,
+by partner in due order.
 ``record_attempts`` settles a batch of attempts in one transaction, each guarded by its claim
 token so a worker whose lease was taken over cannot overwrite the newer claim.
 
@@ -38,10 +39,13 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    true,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Join
 from ulid import ULID
 
 from service.clock import format_timestamp
@@ -207,14 +211,42 @@ CLAIM_LOCK = 0x5E5E_C1A1
 _CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
 
 
-def _claim_statement() -> Any:
+class _CrossJoin(Join):
+    """An inner join SQLite must run in the order written (its ``CROSS JOIN``); elsewhere a JOIN."""
+
+    inherit_cache = True
+
+
+@compiles(_CrossJoin, "sqlite")
+def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
+    joined: str = compiler.visit_join(element, **kw)
+    right = compiler.process(element.right, **{**kw, "asfrom": True})
+    head, found, tail = joined.rpartition(f" JOIN {right} ON ")
+    if not found:
+        raise AssertionError(f"unexpected join text: {joined}")
+    return f"{head} CROSS JOIN {right} ON {tail}"
+
+
+def _claimable(table: Any) -> Any:
+    """The claimable-status test on ``table`` (the deliveries table or an alias of it)."""
+    return table.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
+
+
+def _claim_statement(postgres: bool) -> Any:
     """Due deliveries of active partners, each partner served in turn and held to its cap.
 
     A partner's cap is its own ``max_in_flight`` or the default (``b_cap``) while its circuit is
     closed, one (the probe) once an open circuit's cool-down has passed, and none while it is open.
-    Its live claims (``delivering`` with a lease still running) count against the cap. Ranking
-    each partner's due rows and taking every partner's first before anyone's second means a
-    partner with a large backlog cannot crowd out one with a single due event.
+    Its live claims (``delivering`` with a lease still running) count against the cap. Taking
+    every partner's first due row before anyone's second means a partner with a large backlog
+    cannot crowd out one with a single due event.
+
+    The claim starts from the partners with room under their caps (few rows) and reads each one's
+    due rows through ``ix_deliveries_partner_claimable``, in due order, only as far as it could
+    take: a partner at its cap (hanging, or its circuit open) costs nothing however large its
+    backlog. PostgreSQL reads exactly each partner's headroom (a LATERAL subquery with a per-row
+    LIMIT); SQLite, which allows no column in a LIMIT, ranks each partner's rows up to its
+    ``b_limit``-th due one (no claim takes more from one partner).
     """
     in_flight = (
         select(deliveries.c.partner_id, func.count().label("claimed"))
@@ -230,37 +262,58 @@ def _claim_statement() -> Any:
         (partners.c.circuit_open_until <= _NOW, 1),
         else_=0,
     )
-    turn = func.row_number().over(
-        partition_by=deliveries.c.partner_id,
-        order_by=(deliveries.c.next_attempt_at, deliveries.c.event_id, deliveries.c.id),
+    headroom = cap - func.coalesce(in_flight.c.claimed, 0)
+    eligible = (
+        select(partners.c.id, headroom.label("headroom"))
+        .outerjoin(in_flight, in_flight.c.partner_id == partners.c.id)
+        .where(partners.c.status == literal_column(f"'{ACTIVE}'"), headroom > 0)
+        .subquery("eligible")
     )
-    ranked = (
-        select(
-            deliveries.c.id,
-            deliveries.c.next_attempt_at,
-            deliveries.c.event_id,
-            deliveries.c.partner_id,
-            turn.label("turn"),
-            (cap - func.coalesce(in_flight.c.claimed, 0)).label("headroom"),
+    due = deliveries.alias("due")
+    limit = bindparam("b_limit", type_=Integer())
+    if postgres:
+        turns = (
+            select(
+                due.c.id,
+                due.c.next_attempt_at,
+                func.row_number().over(order_by=due.c.next_attempt_at).label("turn"),
+            )
+            .where(due.c.partner_id == eligible.c.id, _claimable(due), due.c.next_attempt_at <= _NOW)
+            .order_by(due.c.next_attempt_at)
+            .limit(func.least(eligible.c.headroom, limit))
+            .lateral("turns")
         )
-        .join(partners, partners.c.id == deliveries.c.partner_id)
-        .outerjoin(in_flight, in_flight.c.partner_id == deliveries.c.partner_id)
-        .where(
-            _CLAIMABLE,
-            deliveries.c.next_attempt_at <= _NOW,
-            partners.c.status == literal_column(f"'{ACTIVE}'"),
-            # Partners at their cap (hanging ones, open circuits) are left out before ranking:
-            # their backlogs would otherwise be ranked on every claim, for nothing.
-            cap - func.coalesce(in_flight.c.claimed, 0) > 0,
+        ranked = (
+            select(turns.c.id, turns.c.next_attempt_at, turns.c.turn, eligible.c.id.label("partner_id"))
+            .select_from(eligible.join(turns, true()))
+            .subquery("ranked")
         )
-        .subquery("ranked")
-    )
-    chosen = (
-        select(ranked.c.id)
-        .where(ranked.c.turn <= ranked.c.headroom)
-        .order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.event_id, ranked.c.partner_id)
-        .limit(bindparam("b_limit", type_=Integer()))
-    )
+        chosen_rows = select(ranked.c.id)
+    else:
+        other = deliveries.alias("other")
+        # The partner's first b_limit due rows (no claim takes more from one partner), read from
+        # its index; CROSS JOIN keeps SQLite's planner from reading every due row instead.
+        first_due = (
+            select(other.c.id)
+            .where(other.c.partner_id == eligible.c.id, _claimable(other), other.c.next_attempt_at <= _NOW)
+            .order_by(other.c.next_attempt_at)
+            .limit(limit)
+        )
+        ranked = (
+            select(
+                due.c.id,
+                due.c.next_attempt_at,
+                due.c.partner_id,
+                func.row_number()
+                .over(partition_by=due.c.partner_id, order_by=(due.c.next_attempt_at, due.c.id))
+                .label("turn"),
+                eligible.c.headroom,
+            )
+            .select_from(_CrossJoin(eligible, due, due.c.id.in_(first_due)))
+            .subquery("ranked")
+        )
+        chosen_rows = select(ranked.c.id).where(ranked.c.turn <= ranked.c.headroom)
+    chosen = chosen_rows.order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.partner_id).limit(limit)
     return (
         update(deliveries)
         # Re-checked on the row itself: on PostgreSQL a row changed since the ranking was read
@@ -280,7 +333,7 @@ def _claim_statement() -> Any:
     )
 
 
-_CLAIM = _claim_statement()
+_CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
 # The rows one claim took, found by what the claim wrote: every one is delivering, with the
 # claim's token and next_attempt_at = its lease end, so the partial index finds them by that time.
 _CLAIMED_JOBS = (
@@ -372,12 +425,13 @@ async def claim_due(
     if conn.dialect.name == "postgresql":
         await conn.execute(_CLAIM_LOCK)
     params = {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
-    taken = (await conn.execute(_CLAIM, params)).rowcount
+    claim = _CLAIM[conn.dialect.name]
+    taken = (await conn.execute(claim, params)).rowcount
     # Batches ready now are formed after the claim's write (SQLite then holds its write lock before
     # this transaction reads anything: a read first could not be upgraded once another connection
     # had written) and claimed in a second pass, like any delivery.
     if await form_batches(conn, now=now) and taken < limit:
-        taken += (await conn.execute(_CLAIM, {**params, "b_limit": limit - taken})).rowcount
+        taken += (await conn.execute(claim, {**params, "b_limit": limit - taken})).rowcount
     if not taken:
         return []
     rows = (await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})).all()
