@@ -38,13 +38,16 @@ DEMO_ADMIN_TOKEN = "demo-admin-token-for-the-loopback-server"  # noqa: S105
 # Short, so the whole schedule plays out in a few simulated minutes; the clock is simulated, so
 # a longer one would cost nothing but rows.
 RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0)
-WEBHOOK_TIMEOUT = 0.2  # seconds of real time; the slow partner's hang outlasts it
-PROMPT_REPLY = 0.05  # seconds of real time the healthy partner takes on a busy moment
-SLOW_REPLY = 0.1  # seconds of real time the slow partner takes when it does answer
-HANG = 0.5  # seconds the slow partner sits on a request it will not answer in time
+WEBHOOK_TIMEOUT = 0.3  # seconds of real time; the slow partner's hang outlasts it
+PROMPT_REPLY = 0.1  # seconds of real time the healthy partner takes on a busy moment
+SLOW_REPLY = 0.2  # seconds of real time the slow partner takes when it does answer
+HANG = 0.6  # seconds the slow partner sits on a request it will not answer in time
 # Answers come after 0, PROMPT_REPLY or SLOW_REPLY seconds, or not before WEBHOOK_TIMEOUT; loopback
-# adds a few ms. Read at this resolution, every duration falls in the same step on every run.
-LATENCY_RESOLUTION_MS = 50
+# adds a few ms. Read at this resolution, every duration falls in the same step on every run: each
+# designed delay starts a step, so an attempt may run up to 99 ms late (a loaded machine's
+# scheduling, a garbage collection) and still read the same. At 50 ms steps, one attempt in a few
+# hundred crossed into the next step on a busy machine.
+LATENCY_RESOLUTION_MS = 100
 
 HEALTHY = "Lighthouse Analytics"
 FLAKY = "Ripple Alerts"
