@@ -438,3 +438,32 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
     assert batches == 9
     assert sizes.pop("batching") == 5  # the rest waits for maxWaitSeconds
     assert sorted(sizes.values()) == [10] * 9
+
+
+def test_a_batch_is_resent_and_replayed_whole(make_client: Any, database_url: str, clock: Any) -> None:
+    """An event that went out in a batch is not sent alone again (409, naming the batch); the
+    batch's own delivery is resent and replayed whole, the same bytes under the same id, its
+    events waiting in it again meanwhile."""
+    with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        onboard(client, receiver.url(), **batch_of(["room.trending"], max_events=2))
+        start = clock()
+        for number in range(2):
+            publish(client, trending(number))
+        assert drain(client) == 1
+        [batch] = [d for d in deliveries(client) if d["batchSize"] == 2]
+        member = next(d for d in deliveries(client) if d["batchId"] == batch["id"])
+        refused = client.post(f"/admin/deliveries/{member['id']}/resend", headers=AUTH)
+        assert refused.status == 409 and "batch" in refused.json["message"]
+
+        assert client.post(f"/admin/deliveries/{batch['id']}/resend", headers=AUTH).status == 202
+        assert {d["status"] for d in deliveries(client) if d["batchId"] == batch["id"]} == {"batched"}
+        assert drain(client) == 1
+        clock.advance(1)
+        window = {"since": format_timestamp(start), "status": "delivered"}
+        replayed = client.post("/admin/deliveries/replay", json=window, headers=AUTH)
+        assert replayed.json == {"deliveries": 1}  # the batch, not its two events one by one
+        assert drain(client) == 1
+        assert len(receiver.requests) == 3
+        assert len({request.body for request in receiver.requests}) == 1
+        assert {request.headers["webhook-id"] for request in receiver.requests} == {batch["id"]}
+        assert {d["status"] for d in deliveries(client)} == {"delivered"}
