@@ -69,8 +69,9 @@ EXPECTED = {
     ("worker",): {
         "database_url", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
         "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",
-        "webhook_breaker_cooldown", "webhook_disable_after",
+        "webhook_breaker_cooldown", "webhook_disable_after", "retention_days",
     },
+    ("prune",): {"database_url", "retention_days"},
 }
 
 

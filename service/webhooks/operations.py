@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,7 +27,7 @@ from service.exceptions import UnknownResource, invalid
 from service.ids import IdSource, new_id
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
-from service.webhooks import outbox, partners, stats
+from service.webhooks import outbox, partners, retention, stats
 from service.webhooks.partners import Partner
 from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
 from service.webhooks.ssrf import Resolve, system_resolve
@@ -214,6 +215,15 @@ class Operations:
                 offset=query.offset,
             )
         return {"deliveries": found}
+
+    async def prune(self, older_than_days: int | None = None) -> Document:
+        """Delete settled deliveries, their attempts and settled events older than the retention
+        (``service.webhooks.retention``); registrations are never pruned. Counts of what went."""
+        days = self.settings.retention_days if older_than_days is None else older_than_days
+        if days < 1:
+            raise invalid("olderThan", "too_small", "Must be at least 1 day.")
+        pruned = await retention.prune(self.engine, now=self.clock(), older_than=timedelta(days=days))
+        return pruned.document()
 
     @unaudited  # the metrics scrape, every few seconds
     async def outbox_stats(self) -> OutboxStats:

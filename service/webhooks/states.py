@@ -25,6 +25,8 @@ class DeliveryStatus(StrEnum):
 
 # What a worker may claim: waiting rows, and claimed rows whose lease ran out (their worker died).
 CLAIMABLE = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
+# What nothing will change any more unless an operator acts: what retention prunes once old enough.
+SETTLED = tuple(status for status in DeliveryStatus if status not in CLAIMABLE)
 
 
 class AttemptOutcome(StrEnum):
