@@ -89,3 +89,18 @@ def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFix
     rows = [line.split() for line in lines[start + 2 : start + 5]]
     assert [row[0] for row in rows] == ["1", "8", "32"]
     assert all(float(row[1]) > 0 and float(row[2]) > 0 for row in rows)
+
+
+@pytest.mark.slow
+def test_prune_benchmark_prints_a_row_per_round(capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m benchmarks.prune` at tiny sizes: a row per round, with and without pruning in turn,
+    every settled delivery pruned in the rounds with pruning, and the ratio line."""
+    from benchmarks import prune
+
+    prune.main(["--settled", "300", "--backlog", "300", "--rooms", "5", "--rounds", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    start = lines.index("round  pruning  window s  drained/s  pruned")
+    rows = [line.split() for line in lines[start + 1 : start + 3]]
+    assert [(row[0], row[1], row[4]) for row in rows] == [("1", "yes", "300"), ("1", "no", "0")]
+    assert all(float(row[2]) > 0 and float(row[3]) > 0 for row in rows)
+    assert any(line.startswith("median drain rate with pruning") for line in lines)
