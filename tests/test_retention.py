@@ -203,7 +203,9 @@ def test_prune_goes_in_batches_of_short_transactions(database_url: str, clock: M
         await rows.store(engine)
         commits: list[int] = []
         sa_event.listen(engine.sync_engine, "commit", lambda conn: commits.append(1))
-        pruned = await retention.prune(engine, now=clock(), older_than=timedelta(days=DAYS), batch=100)
+        pruned = await retention.prune(
+            engine, now=clock(), older_than=timedelta(days=DAYS), batch=100, duty=1.0
+        )
         left = [await _count(engine, table) for table in (deliveries, delivery_attempts, events)]
         return pruned, len(commits), left
 

@@ -331,12 +331,12 @@ class Worker:
                 self.next_prune = self.clock() + PRUNE_EVERY
             await asyncio.sleep(self.poll_interval)
 
-    async def prune(self) -> retention.Pruned | None:
+    async def prune(self, duty: float = retention.DUTY) -> retention.Pruned | None:
         """One pruning, under the bookkeeper's lock batch by batch; None (and an error line) if it
         failed."""
         try:
             pruned = await retention.prune(
-                self.engine, now=self.clock(), older_than=self.retention, lock=self._db_lock
+                self.engine, now=self.clock(), older_than=self.retention, lock=self._db_lock, duty=duty
             )
         except Exception:
             log.exception("pruning past the retention failed; trying again in an hour")
