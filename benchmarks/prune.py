@@ -15,7 +15,7 @@ it). The rate is the deliveries settled in the window over its length. Rounds al
 so load from elsewhere on the machine hits both; the ratio of the medians is the figure (aim at
 least 0.9).
 
-    python -m benchmarks.prune [--settled 100000] [--backlog 40000] [--rounds 3] [--duty 0.5]
+    python -m benchmarks.prune [--settled 100000] [--backlog 40000] [--rounds 3] [--duty 0.2]
                                [--database-url postgresql://user@host/db]
 """
 
