@@ -99,6 +99,7 @@ async def one_round(
                 await asyncio.sleep(0.005)
             before, started = worker.settled, time.perf_counter()
             pruning_task = asyncio.create_task(worker.prune(args.duty)) if pruning else None
+
             # The window closes when the pruning ends (or, without, after as long as the last
             # pruning took), or when the backlog is drained, whichever comes first.
             def window_open() -> bool:

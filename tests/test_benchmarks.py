@@ -102,5 +102,6 @@ def test_prune_benchmark_prints_a_row_per_round(capsys: pytest.CaptureFixture[st
     start = lines.index("round  pruning  window s  drained/s  pruned")
     rows = [line.split() for line in lines[start + 1 : start + 3]]
     assert [(row[0], row[1], row[4]) for row in rows] == [("1", "yes", "300"), ("1", "no", "0")]
-    assert all(float(row[2]) > 0 and float(row[3]) >= 0 for row in rows)  # tiny runs may drain nothing
+    # Tiny runs may drain their backlog at once: windows and rates are shown, whatever they are.
+    assert all(float(row[2]) >= 0 and float(row[3]) >= 0 for row in rows)
     assert any(line.startswith("median drain rate with pruning") for line in lines)

@@ -15,9 +15,10 @@ never holds SQLite's write lock), and the write deletes only those still settled
 batches the pruning rests, so that it works at most ``DUTY`` of the time (a batch that took 5 ms is
 followed by 20 ms of rest): delivery, which shares the database and, in the worker, the event loop
 and its CPU, keeps most of both. A first backlog of 10^5 settled deliveries takes a minute or two;
-an hour's worth, what the worker finds each hour, a moment. On PostgreSQL the write locks them first, so a replay
-racing the pruning waits for one batch and then finds its delivery gone or untouched. The worker
-passes its own transaction lock, so its deliveries' bookkeeping waits for one batch at most.
+an hour's worth, what the worker finds each hour, a moment. On PostgreSQL the write locks them
+first, so a replay racing the pruning waits for one batch and then finds its delivery gone or
+untouched. The worker passes its own transaction lock, so its deliveries' bookkeeping waits for one
+batch at most.
 """
 
 from __future__ import annotations
