@@ -112,6 +112,12 @@ class Settings(BaseSettings):
         default=None,
         description="Registrations from all clients together, in limits notation; unset, no such limit.",
     )
+    retention_days: int = Field(
+        default=30,
+        ge=1,
+        description="Days settled deliveries, their attempts and fully settled events are kept "
+        "before pruning (registrations are never pruned).",
+    )
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated origins whose browser scripts may POST /api/waitlist.",

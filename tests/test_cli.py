@@ -75,8 +75,9 @@ EXPECTED = {
     ("worker",): {
         "database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
         "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",
-        "webhook_breaker_cooldown", "webhook_disable_after",
+        "webhook_breaker_cooldown", "webhook_disable_after", "retention_days",
     },
+    ("prune",): {"database_url", "retention_days"},
 }
 
 

@@ -25,21 +25,25 @@ async def known_rooms(conn: AsyncConnection, *, since: datetime | None = None) -
     if since is not None:
         query = query.where(events.c.created_at >= since)
     latest: dict[str, datetime] = {}
-    # The payload is JSON text (the exact body deliveries send); it is read here rather than with
-    # each database's own JSON functions, so SQLite and PostgreSQL share one query.
     result = await conn.stream(query)
     async for payload, occurred_at in result:
-        try:
-            room_url = json.loads(payload).get("roomUrl")
-        except (ValueError, AttributeError):
-            continue
-        if (
-            isinstance(room_url, str)
-            and room_url
-            and (room_url not in latest or occurred_at > latest[room_url])
-        ):
+        room_url = room_of(payload)
+        if room_url is not None and (room_url not in latest or occurred_at > latest[room_url]):
             latest[room_url] = occurred_at
     return sorted(latest.items(), key=lambda room: (-room[1].timestamp(), room[0]))
+
+
+def room_of(payload: str) -> str | None:
+    """The ``roomUrl`` an event's payload names, or None.
+
+    The payload is JSON text (the exact body deliveries send); it is read here rather than with
+    each database's own JSON functions, so SQLite and PostgreSQL share one query.
+    """
+    try:
+        room_url = json.loads(payload).get("roomUrl")
+    except (ValueError, AttributeError):
+        return None
+    return room_url if isinstance(room_url, str) and room_url else None
 
 
 async def latest_event_time(conn: AsyncConnection) -> datetime | None:

@@ -155,6 +155,9 @@ Index(
     postgresql_where=CLAIMABLE,
 )
 Index("ix_deliveries_partner_id", deliveries.c.partner_id)
+# An event's deliveries: retention asks whether an event has any left, and deleting an event checks
+# its foreign key here (migration 0008).
+Index("ix_deliveries_event_id", deliveries.c.event_id)
 # Each partner's live claims, counted by every claim (the per-partner in-flight cap).
 IN_FLIGHT = text("status = 'delivering'")
 Index("ix_deliveries_in_flight", deliveries.c.partner_id, sqlite_where=IN_FLIGHT, postgresql_where=IN_FLIGHT)

@@ -1,4 +1,4 @@
-"""``python -m service partners|deliveries|events|secrets|worker``: the operator's webhook commands.
+"""``python -m service partners|deliveries|events|secrets|prune|worker``: the operator's webhook commands.
 
 They call the same functions as the admin routes. Answers are JSON on stdout; errors are the
 service's JSON error shape on stderr with exit status 1. A new or rotated secret is printed once,
@@ -158,6 +158,13 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
     return _run(settings, lambda operations: operations.publish(data))
 
 
+# --- retention ------------------------------------------------------------------------------
+
+
+def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(settings, lambda operations: operations.prune(args.older_than))
+
+
 # --- worker -----------------------------------------------------------------------------------
 
 
@@ -236,11 +243,13 @@ DELIVERING = (
     "webhook_breaker_failures",
     "webhook_breaker_cooldown",
     "webhook_disable_after",
+    "retention_days",  # the worker prunes hourly
 )
+PRUNING = ("database_url", "retention_days")
 
 
 def register(group: Any) -> None:
-    """Add ``partners``, ``events`` and ``worker`` to the ``python -m service`` parser."""
+    """Add ``partners``, ``events``, ``prune`` and ``worker`` to the ``python -m service`` parser."""
     partners = commands.add_command(
         group, "partners", "onboarded webhook partners", settings=(*TESTING, "secret_rotation_overlap")
     )
@@ -387,6 +396,25 @@ def register(group: Any) -> None:
     )
     publish.add_argument("file", help="a JSON object {event, ...members}; - reads stdin")
     publish.set_defaults(run=cmd_publish)
+
+    prune = commands.add_command(
+        group,
+        "prune",
+        "delete settled deliveries, their attempts and settled events past the retention",
+        details="Deletes delivered and failed deliveries last changed more than the retention ago, "
+        "their attempts, and events stored that long ago with no delivery left, in small batches "
+        "that never hold up delivery; prints the counts. The newest event naming each room is kept, "
+        "so sitemap.xml keeps every room. Registrations and partners are never pruned. Workers also "
+        "prune hourly.",
+        settings=PRUNING,
+    )
+    prune.add_argument(
+        "--older-than",
+        type=int,
+        metavar="DAYS",
+        help="prune what is older than this many days (default: SERVICE_RETENTION_DAYS)",
+    )
+    prune.set_defaults(run=cmd_prune)
 
     worker = commands.add_command(
         group,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,7 +29,7 @@ from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.text import text_fault
-from service.webhooks import outbox, partners, requeue, stats
+from service.webhooks import outbox, partners, requeue, retention, stats
 from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
@@ -384,6 +384,15 @@ class Operations:
             raise StateConflict("This delivery is being attempted right now; resend it once it settles.")
         self.notifier.deliveries_due()
         return {"deliveryId": delivery_id, "status": DeliveryStatus.PENDING}
+
+    async def prune(self, older_than_days: int | None = None) -> Document:
+        """Delete settled deliveries, their attempts and settled events older than the retention
+        (``service.webhooks.retention``); registrations are never pruned. Counts of what went."""
+        days = self.settings.retention_days if older_than_days is None else older_than_days
+        if days < 1:
+            raise invalid("olderThan", "too_small", "Must be at least 1 day.")
+        pruned = await retention.prune(self.engine, now=self.clock(), older_than=timedelta(days=days))
+        return pruned.document()
 
     @unaudited  # the metrics scrape, every few seconds
     async def outbox_stats(self) -> OutboxStats:

@@ -33,7 +33,8 @@ class DeliveryStatus(StrEnum):
     CANCELLED = "cancelled"  # its partner was removed: never sent
 
 
-# Settled: nothing will happen to these unless an admin asks (resend, replay, retry).
+# Settled: nothing will happen to these unless an admin asks (resend, replay, retry); what
+# retention prunes once old enough. Not `batching` or `batched`: those wait for their batch.
 SETTLED = (DeliveryStatus.DELIVERED, DeliveryStatus.FAILED, DeliveryStatus.CANCELLED)
 # What a replay may requeue: a removed partner's cancelled deliveries stay cancelled.
 REPLAYABLE = (DeliveryStatus.FAILED, DeliveryStatus.DELIVERED)

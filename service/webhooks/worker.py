@@ -25,6 +25,11 @@ when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), wh
 attempts or free room add up to a batch (or the worker falls idle), and every ``poll_interval``
 seconds for due retries. An attempt counts (``settled``, metrics, logs) once its row is committed.
 
+Beside the loop, ``run()`` prunes what is past the retention (``service.webhooks.retention``): a
+minute after it starts, then hourly by the injected clock, in batches under the bookkeeper's own
+transaction lock, so delivery waits for one short batch at most. A failed pruning is logged and
+tried again an hour later; it never stops delivery. ``drain()`` does not prune.
+
 Bookkeeping survives what partners send back: a batch the database refuses is logged attempt by
 attempt, an attempt refused alone is logged once more without its response excerpt, and one
 refused even so is dropped with an error line (its claim expires and it is sent again). Nothing is
@@ -48,7 +53,7 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks import outbox
+from service.webhooks import outbox, retention
 from service.webhooks.breaker import BreakerPolicy, Change
 from service.webhooks.notify import Listener
 from service.webhooks.outbox import AttemptRecord, Job
@@ -78,6 +83,9 @@ LOG_DELAY = 0.02
 # delivery that could no longer finish inside its lease is handed back instead of sent.
 BATCH = 256
 WAITING = 512
+# Pruning: the first soon after start (not in the start-up rush), then every hour.
+PRUNE_FIRST = timedelta(minutes=1)
+PRUNE_EVERY = timedelta(hours=1)
 
 
 def lease_for(settings: Settings) -> timedelta:
@@ -163,6 +171,9 @@ class Worker:
         )
         self.listener = Listener(engine, self.wake)
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
+        self.retention = timedelta(days=settings.retention_days)
+        self.next_prune: datetime | None = None  # by the clock; set when run() starts
+        self.pruned = asyncio.Event()  # set after each pruning, done or failed (for tests)
         self.last_turn = time.monotonic()  # when the bookkeeper last turned (the worker's /healthz)
         self._task: asyncio.Task[int] | None = None
         self._stopping = False
@@ -236,12 +247,14 @@ class Worker:
                 group.create_task(self._send(), name=f"webhook-sender-{number}")
                 for number in range(self.concurrency)
             ]
-            forwarder = group.create_task(self._forward_wakes(), name="webhook-wakes")
+            helpers = [group.create_task(self._forward_wakes(), name="webhook-wakes")]
+            if not until_idle:
+                helpers.append(group.create_task(self._prune_hourly(), name="webhook-retention"))
             try:
                 await self._bookkeep(until_idle)
             finally:
                 await self._wind_down()
-                for task in (*senders, forwarder):
+                for task in (*senders, *helpers):
                     task.cancel()
         await self._final_turn()
         return self.settled - settled_before
@@ -312,6 +325,30 @@ class Worker:
             self.wake.clear()
             self._woken = True
             self._nudge.set()
+
+    async def _prune_hourly(self) -> None:
+        """Prune when the clock reaches ``next_prune``; look every ``poll_interval`` seconds."""
+        self.next_prune = self.clock() + PRUNE_FIRST
+        while True:
+            if self.clock() >= self.next_prune:
+                await self.prune()
+                self.next_prune = self.clock() + PRUNE_EVERY
+            await asyncio.sleep(self.poll_interval)
+
+    async def prune(self, duty: float = retention.DUTY) -> retention.Pruned | None:
+        """One pruning, under the bookkeeper's lock batch by batch; None (and an error line) if it
+        failed."""
+        try:
+            pruned = await retention.prune(
+                self.engine, now=self.clock(), older_than=self.retention, lock=self._db_lock, duty=duty
+            )
+        except Exception:
+            log.exception("pruning past the retention failed; trying again in an hour")
+            return None
+        finally:
+            self.pruned.set()
+        log.info("pruned past the retention", extra=pruned.document())
+        return pruned
 
     async def _send(self) -> None:
         """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
