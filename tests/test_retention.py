@@ -51,7 +51,6 @@ class Rows:
             "name": "Partner",
             "url": "https://partner.example/hook",
             "status": "active",
-            "secret": "not-a-real-secret",
             "created_at": now - OLD,
             "updated_at": now - OLD,
         }
@@ -139,10 +138,33 @@ async def _count(engine: AsyncEngine, table: Any) -> int:
         return int(await conn.scalar(select(func.count()).select_from(table)) or 0)
 
 
-def test_the_settled_set_is_every_status_no_worker_claims() -> None:
-    """Delivered and failed are settled; pending and delivering never are."""
-    assert {DeliveryStatus.DELIVERED, DeliveryStatus.FAILED} <= set(SETTLED)
-    assert not {DeliveryStatus.PENDING, DeliveryStatus.DELIVERING} & set(SETTLED)
+def test_the_settled_set_is_what_nothing_will_change() -> None:
+    """Delivered, failed and cancelled are settled; what waits (for its time, its worker or its
+    batch) never is."""
+    assert set(SETTLED) == {DeliveryStatus.DELIVERED, DeliveryStatus.FAILED, DeliveryStatus.CANCELLED}
+
+
+def test_prune_keeps_events_waiting_for_their_batch_and_prunes_cancelled_ones(
+    database_url: str, clock: ManualClock
+) -> None:
+    """An old event still waiting for its batch (batching), or in a batch not yet delivered
+    (batched), is kept with its event; an old cancelled delivery goes."""
+    rows = Rows(clock())
+    waiting = rows.event("evt_waiting", OLD)
+    rows.delivery("dlv_batching", waiting, DeliveryStatus.BATCHING, age=OLD, attempts=0)
+    inside = rows.event("evt_inside", OLD)
+    rows.delivery("dlv_batched", inside, DeliveryStatus.BATCHED, age=OLD, attempts=0)
+    gone = rows.event("evt_gone", OLD)
+    rows.delivery("dlv_cancelled", gone, DeliveryStatus.CANCELLED, age=OLD, attempts=0)
+
+    async def go(engine: AsyncEngine) -> tuple[set[str], set[str]]:
+        await rows.store(engine)
+        await retention.prune(engine, now=clock(), older_than=timedelta(days=DAYS))
+        return await _ids(engine, deliveries), await _ids(engine, events)
+
+    kept_deliveries, kept_events = _with_engine(database_url, go)
+    assert kept_deliveries == {"dlv_batching", "dlv_batched"}
+    assert kept_events == {"evt_waiting", "evt_inside"}
 
 
 def test_prune_deletes_what_is_settled_and_old_and_keeps_the_rest(
