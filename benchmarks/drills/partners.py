@@ -38,7 +38,7 @@ from sqlalchemy import func, select
 
 from benchmarks.drills import stores
 from benchmarks.drills.children import Children
-from benchmarks.drills.delivery import _event_id, _events
+from benchmarks.drills.delivery import Publisher, _event_id, _events
 from benchmarks.drills.report import DrillDeadline, Report, skipped
 from service.db.tables import deliveries, delivery_attempts, partners
 from tests.processes import free_port
@@ -184,75 +184,6 @@ def _plain(text: str) -> bool:
     return not any(ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 for char in text)
 
 
-class Publisher:
-    """Publishes the events through the admin API on a thread, each repeated until answered (the
-    server may be down for a restart), at a steady pace over ``spread`` seconds."""
-
-    def __init__(self, base_url: str, events: list[dict[str, Any]], spread: float, deadline: float) -> None:
-        self.base_url, self.events, self.deadline = base_url, events, deadline
-        self.interval = spread / max(1, len(events))
-        self.published: list[str] = []
-        self.error: str | None = None
-        self._changed = threading.Condition()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Publisher:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.deadline = min(self.deadline, time.monotonic())
-        self._thread.join(15)
-
-    def join(self, timeout: float) -> None:
-        self._thread.join(max(0.0, timeout))
-
-    def wait_published(self, count: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while len(self.published) < count and self.error is None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return self.error is None
-
-    def _run(self) -> None:
-        try:
-            self._publish_all()
-        except Exception as error:  # whatever it is, the drill must hear of it
-            self._done(error=f"publishing failed: {error!r}")
-
-    def _publish_all(self) -> None:
-        start = time.monotonic()
-        with httpx.Client(base_url=self.base_url, headers=AUTH, timeout=10) as client:
-            for index, event in enumerate(self.events):
-                time.sleep(max(0.0, start + index * self.interval - time.monotonic()))  # the pace
-                while True:
-                    if time.monotonic() > self.deadline:
-                        self._done(
-                            error=f"published {len(self.published)} of {len(self.events)} by the deadline"
-                        )
-                        return
-                    try:
-                        answer = client.post("/admin/events", json=event)
-                    except httpx.HTTPError:
-                        time.sleep(0.05)  # the server is being restarted
-                        continue
-                    if answer.status_code != 202:
-                        self._done(error=f"publish answered {answer.status_code}: {answer.text[:200]}")
-                        return
-                    self._done(event_id=event["eventId"])
-                    break
-
-    def _done(self, *, event_id: str | None = None, error: str | None = None) -> None:
-        with self._changed:
-            if event_id is not None:
-                self.published.append(event_id)
-            self.error = error or self.error
-            self._changed.notify_all()
-
-
 class Drill:
     def __init__(self, kind: str, plan: Plan, report: Report, url: str, children: Children) -> None:
         self.kind, self.plan, self.report, self.url, self.children = kind, plan, report, url, children
@@ -309,10 +240,13 @@ class Drill:
         rng = random.Random(self.plan.seed)
         progress = 0
         everything = len(events) * len(HEALTHY)  # all delivered already: kill all the same
+        target = 0
         with publisher:
             for number in range(1, self.plan.kills + 1):
                 share = (number - 0.5 + rng.uniform(-0.3, 0.3)) / self.plan.kills
-                if not publisher.wait_published(int(len(events) * share), deadline - time.monotonic()):
+                target = min(len(events) - 1, max(target + 1, int(len(events) * share)))
+                publisher.allow(target)  # it waits there until the restart is done
+                if not publisher.wait_published(target, deadline - time.monotonic()):
                     raise DrillDeadline(
                         publisher.error or f"{len(publisher.published)} published by kill {number}"
                     )
@@ -331,6 +265,7 @@ class Drill:
                     f"{len(_accepted(list(receiver.requests)))} healthy deliveries accepted); restarted"
                 )
                 progress = len(_accepted(list(receiver.requests)))
+            publisher.allow(len(events))
             publisher.join(deadline - time.monotonic())
         if publisher.error:
             raise DrillDeadline(publisher.error)
