@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from tests.processes import ROOT, free_port, kill, stop, wait_ready
 
@@ -129,3 +129,41 @@ class Children:
     def log_tail(self, name: str, chars: int = 1500) -> str:
         path = self.logs / f"{name}.log"
         return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+
+class Kills(Protocol):
+    kills: int  # SIGKILLs the plan asks for
+
+
+class KillsDeliverers:
+    """For a drill that SIGKILLs what delivers: on SQLite the server and its in-process worker, on
+    PostgreSQL two ``worker`` processes in turn, the last kill taking both at once."""
+
+    kind: str
+    plan: Kills
+    children: Children
+    port: int
+    settings: dict[str, str]
+    server_args: tuple[str, ...]
+    server: subprocess.Popen[bytes] | None
+    workers: list[subprocess.Popen[bytes]]
+    kills: int
+    restarts: int
+
+    def kill(self, number: int) -> str:
+        """SIGKILL delivery processes and start them again; which ones."""
+        if self.kind == "sqlite":
+            assert self.server is not None
+            self.children.kill(self.server)
+            self.kills += 1
+            self.server = self.children.server("server", self.port, self.settings, *self.server_args)
+            self.restarts += 1
+            return "the server and its in-process worker"
+        chosen = [0, 1] if number == self.plan.kills and self.plan.kills > 1 else [number % 2]
+        for index in chosen:
+            self.children.kill(self.workers[index])
+            self.kills += 1
+        for index in chosen:
+            self.workers[index] = self.children.worker(f"worker-{index}", self.settings)
+            self.restarts += 1
+        return " and ".join(f"worker {index}" for index in chosen)

@@ -40,7 +40,7 @@ import httpx
 from aiohttp import web
 
 from benchmarks.drills import stores
-from benchmarks.drills.children import CLI_TIMEOUT, Children
+from benchmarks.drills.children import CLI_TIMEOUT, Children, KillsDeliverers
 from benchmarks.drills.report import DrillDeadline, Report, skipped
 from service.webhooks.signing import DELIVERY_HEADER, EVENT_HEADER, SignatureError, verify
 from tests.processes import free_port
@@ -293,7 +293,7 @@ def _wait_settled(url: str, expected: int, timeout: float) -> Counter[str]:
         time.sleep(POLL)  # reading another process's progress; the deadline bounds it
 
 
-class Drill:
+class Drill(KillsDeliverers):
     """One run on one database: the processes, the partners, the kills, and what came of them."""
 
     def __init__(
@@ -350,25 +350,6 @@ class Drill:
             )
             answer.raise_for_status()
             self.secrets["/admin"] = answer.json()["secret"]
-
-    def kill(self, number: int) -> str:
-        """SIGKILL delivery processes and start them again; which ones."""
-        if self.kind == "sqlite":
-            assert self.server is not None
-            self.children.kill(self.server)
-            self.kills += 1
-            self.server = self.children.server("server", self.port, self.settings, *self.server_args)
-            self.restarts += 1
-            return "the server and its in-process worker"
-        # Workers in turn; the last kill takes both at once.
-        chosen = [0, 1] if number == self.plan.kills and self.plan.kills > 1 else [number % 2]
-        for index in chosen:
-            self.children.kill(self.workers[index])
-            self.kills += 1
-        for index in chosen:
-            self.workers[index] = self.children.worker(f"worker-{index}", self.settings)
-            self.restarts += 1
-        return " and ".join(f"worker {index}" for index in chosen)
 
     def publish_and_kill(
         self, events: list[dict[str, Any]], deadline: float

@@ -37,7 +37,7 @@ import httpx
 from sqlalchemy import func, select
 
 from benchmarks.drills import stores
-from benchmarks.drills.children import Children
+from benchmarks.drills.children import Children, KillsDeliverers
 from benchmarks.drills.delivery import Publisher, _event_id, _events
 from benchmarks.drills.report import DrillDeadline, Report, skipped
 from service.db.tables import deliveries, delivery_attempts, partners
@@ -184,7 +184,7 @@ def _plain(text: str) -> bool:
     return not any(ord(char) < 0x20 or 0x7F <= ord(char) < 0xA0 for char in text)
 
 
-class Drill:
+class Drill(KillsDeliverers):
     def __init__(self, kind: str, plan: Plan, report: Report, url: str, children: Children) -> None:
         self.kind, self.plan, self.report, self.url, self.children = kind, plan, report, url, children
         self.port = free_port()
@@ -202,8 +202,8 @@ class Drill:
             "SERVICE_WEBHOOK_BREAKER_COOLDOWN": str(plan.breaker_cooldown),
         }
         self.server_args = () if kind == "sqlite" else ("--no-worker",)
-        self.server: Any = None
-        self.workers: list[Any] = []
+        self.server = None
+        self.workers = []
         self.kills = self.restarts = 0
 
     def start(self, targets: dict[str, str]) -> None:
@@ -216,22 +216,6 @@ class Drill:
         with httpx.Client(base_url=self.base_url, headers=AUTH) as client:
             for name, url in targets.items():
                 client.post("/admin/partners", json={"name": name, "url": url}).raise_for_status()
-
-    def kill(self, number: int) -> str:
-        if self.kind == "sqlite":
-            self.children.kill(self.server)
-            self.kills += 1
-            self.server = self.children.server("server", self.port, self.settings, *self.server_args)
-            self.restarts += 1
-            return "the server and its in-process worker"
-        chosen = [0, 1] if number == self.plan.kills and self.plan.kills > 1 else [number % 2]
-        for index in chosen:
-            self.children.kill(self.workers[index])
-            self.kills += 1
-        for index in chosen:
-            self.workers[index] = self.children.worker(f"worker-{index}", self.settings)
-            self.restarts += 1
-        return " and ".join(f"worker {index}" for index in chosen)
 
     def publish_and_kill(
         self, events: list[dict[str, Any]], receiver: Receiver, deadline: float
