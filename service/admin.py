@@ -46,6 +46,7 @@ from service.params import refuse_unknown
 from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
 from service.waitlist import client_address
+from service.webhooks import scrape
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +194,8 @@ def create_blueprint() -> Blueprint:
     @bp.get("/metrics")
     async def metrics(request: Request) -> HTTPResponse:
         ctx = request.app.ctx
-        ctx.metrics.set_outbox(await ctx.operations.outbox_stats(), ctx.clock())
+        database = await scrape.refresh_gauges(ctx.engine, ctx.metrics, ctx.clock())
+        ctx.metrics.ready.set(1 if database and await ctx.limiter.ready() else 0)
         return raw(
             ctx.metrics.render(),
             content_type=CONTENT_TYPE,

@@ -2,22 +2,39 @@
 
 Counters count what this process did (registrations, answers, delivery attempts); the outbox gauges
 are read from the database when metrics are scraped (``set_outbox``), so every server and worker
-reports the same queue.
+reports the same queue, and so are the partner gauges (``set_partners``: circuit, status, stored
+failures, and the partner's name), which are then the same in every process and survive restarts.
+
+Partner names are text an admin typed: prometheus_client escapes them as label values, and they are
+cut to ``NAME_LABEL_MAX`` characters so one long name cannot bloat every scrape.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 if TYPE_CHECKING:
+    from service.webhooks.standing import Standing
     from service.webhooks.stats import OutboxStats
 
 # The text format ``generate_latest`` writes (prometheus_client's CONTENT_TYPE_LATEST now names
 # another version, and older releases lack a name for this one).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# Characters of a partner's name in its info series: enough to tell partners apart on a dashboard
+# or in an alert, a third of what the name column holds.
+NAME_LABEL_MAX = 64
+# The states a partner's state gauge has a series for (a removed partner has none).
+PARTNER_STATES = ("active", "paused", "disabled")
+
+
+def name_label(name: str) -> str:
+    """A partner's name as a label value: at most ``NAME_LABEL_MAX`` characters, an ellipsis
+    ending one that was cut."""
+    return name if len(name) <= NAME_LABEL_MAX else name[: NAME_LABEL_MAX - 1] + "\u2026"
 
 
 class Metrics:
@@ -88,6 +105,41 @@ class Metrics:
             ["partner"],
             registry=self.registry,
         )
+        self.partner_paused = Counter(
+            "service_webhook_partner_paused_total",
+            "Partners that paused themselves by answering 410 Gone, by partner.",
+            ["partner"],
+            registry=self.registry,
+        )
+        self.circuit_open = Gauge(
+            "service_webhook_circuit_open",
+            "1 while a partner's circuit is open or half-open (its deliveries held), read at scrape time.",
+            ["partner"],
+            registry=self.registry,
+        )
+        self.partner_state = Gauge(
+            "service_webhook_partner_state",
+            "1 for each partner's current state (active, paused, disabled), 0 for the others.",
+            ["partner", "state"],
+            registry=self.registry,
+        )
+        self.failed_deliveries = Gauge(
+            "service_webhook_failed_deliveries",
+            "Deliveries stored failed (the schedule spent, waiting for an admin retry), per partner.",
+            ["partner"],
+            registry=self.registry,
+        )
+        self.partner_info = Info(
+            "service_webhook_partner",
+            "Each partner's name, to join on the partner label (cut to 64 characters).",
+            ["partner"],
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "service_ready",
+            "1 while this process's /readyz answers 200 (what it needs is reachable), read when scraped.",
+            registry=self.registry,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Counter] = {}
 
     def inc(self, counter: Counter, *labels: str) -> None:
@@ -116,6 +168,34 @@ class Metrics:
             self.waiting.labels(partner_id).set(waiting.deliveries)
             age = 0.0 if waiting.oldest is None else max(0.0, (now - waiting.oldest).total_seconds())
             self.oldest_waiting.labels(partner_id).set(age)
+
+    def set_partners(self, standings: Sequence[Standing]) -> None:
+        """The partner gauges, from what ``service.webhooks.standing`` read at scrape time.
+
+        Every partner not removed has a series; a removed one drops out.
+        """
+        for gauge in (self.circuit_open, self.partner_state, self.failed_deliveries, self.partner_info):
+            gauge.clear()
+        for standing in standings:
+            partner = standing.partner_id
+            self.circuit_open.labels(partner).set(1 if standing.circuit_open else 0)
+            for state in PARTNER_STATES:
+                self.partner_state.labels(partner, state).set(1 if standing.status == state else 0)
+            self.failed_deliveries.labels(partner).set(standing.failed)
+            self.partner_info.labels(partner).info({"name": name_label(standing.name)})
+
+    def clear_database_gauges(self) -> None:
+        """Drop every gauge read from the database (it could not be read: none is better than stale)."""
+        for gauge in (
+            self.queue_depth,
+            self.waiting,
+            self.oldest_waiting,
+            self.circuit_open,
+            self.partner_state,
+            self.failed_deliveries,
+            self.partner_info,
+        ):
+            gauge.clear()
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

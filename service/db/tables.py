@@ -181,6 +181,10 @@ Index(
     postgresql_where=BATCHING,
 )
 Index("ix_deliveries_batch_id", deliveries.c.batch_id)
+# Each partner's deliveries whose schedule is spent, counted by every metrics scrape
+# (service_webhook_failed_deliveries) and requeued by an admin retry (migration 0009).
+FAILED = text("status = 'failed'")
+Index("ix_deliveries_failed", deliveries.c.partner_id, sqlite_where=FAILED, postgresql_where=FAILED)
 
 delivery_attempts = Table(
     "delivery_attempts",

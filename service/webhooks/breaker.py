@@ -11,6 +11,11 @@ platform as little as possible and be told apart from one that is merely slow to
 - a partner failing without a break for ``disable_after`` seconds is disabled; only an admin's
   resume lifts that.
 
+An admin's resume means "try this partner now" (``resumed``): an open circuit becomes half-open at
+once, so one probe goes out without waiting for the cool-down; its failure re-opens the circuit for
+the cool-down it had, not twice that (the operator asked for the probe; the partner did nothing to
+earn a longer wait).
+
 ``after_attempt`` is the whole state machine. Storage reads a partner's state, folds the batch's
 attempts through it in the order they finished, and writes the result back in the same
 transaction (``service.webhooks.outbox.record_attempts``).
@@ -82,3 +87,21 @@ def after_attempt(
     if at - failing_since >= timedelta(seconds=policy.disable_after):
         changes.append(Change.DISABLED)
     return failed, changes
+
+
+def resumed(state: BreakerState, now: datetime, *, lift_disable: bool = False) -> BreakerState:
+    """The state after an admin's resume at ``now``.
+
+    An open circuit (its cool-down still running) turns half-open now: the next claim takes one
+    probe. A failed probe doubles the stored cool-down, so it is stored halved here: the probe's
+    failure then re-opens the circuit for exactly the cool-down it had. The failures stay counted;
+    ``lift_disable`` (the partner was disabled) restarts the clock of ``disable_after``, or the
+    probe's failure would disable it again at once.
+
+    A closed or already half-open circuit starts afresh: closed, no failures counted.
+    """
+    if state.open_until is None or state.open_until <= now:
+        return BreakerState()
+    cooldown = state.cooldown / 2 if state.cooldown is not None else None
+    failing_since = None if lift_disable else state.failing_since
+    return replace(state, open_until=now, cooldown=cooldown, failing_since=failing_since)

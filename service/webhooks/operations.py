@@ -29,7 +29,7 @@ from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.text import text_fault
-from service.webhooks import outbox, partners, requeue, retention, stats
+from service.webhooks import outbox, partners, requeue, retention, standing, stats
 from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
@@ -264,10 +264,15 @@ class Operations:
         return await self._set_status(partner_id, PartnerStatus.PAUSED)
 
     async def resume(self, partner_id: str) -> Document:
-        """Active again: what waited goes out now."""
-        document = await self._set_status(partner_id, PartnerStatus.ACTIVE)
+        """Active again, and tried now: what waited goes out now; an open circuit turns half-open
+        and one probe goes at once (success releases what it held; failure re-opens it for the
+        same cool-down). ``partners.resume_partner``."""
+        async with self.engine.begin() as conn:
+            partner = await partners.resume_partner(conn, partner_id, now=self.clock())
+        if partner is None:
+            raise unknown_partner()
         self.notifier.deliveries_due()
-        return document
+        return partner.public(self.clock())
 
     async def _set_status(self, partner_id: str, status: PartnerStatus) -> Document:
         async with self.engine.begin() as conn:
@@ -347,6 +352,7 @@ class Operations:
                 limit=query.limit,
                 offset=query.offset,
             )
+            await standing.mark_held(conn, found)  # heldBy: "circuit"
         return {"deliveries": found}
 
     async def replay(self, data: Mapping[str, Any]) -> Document:

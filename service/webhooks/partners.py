@@ -40,7 +40,7 @@ from service.keyring import SEALED, Keyring
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
-from service.webhooks.breaker import BreakerState, circuit
+from service.webhooks.breaker import BreakerState, circuit, resumed
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
@@ -557,3 +557,37 @@ async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: 
             .where(partners.c.id.in_(sorted(set(partner_ids))), partners.c.status == ACTIVE)
             .values(status=PAUSED, updated_at=now)
         )
+
+
+async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetime) -> Partner | None:
+    """Make the partner active and try it now (``breaker.resumed``): an open circuit turns half-open,
+    so one probe goes at the next claim; None when there is no such partner.
+
+    A circuit closed or already half-open starts afresh (closed, no failures counted); resuming an
+    active partner with nothing to start afresh changes nothing.
+    """
+    mine = and_(partners.c.id == partner_id, partners.c.status != REMOVED)
+    # A write first, which changes nothing, so SQLite never upgrades a read lock and PostgreSQL
+    # holds the row until commit (a worker settling this partner's circuit waits its turn).
+    locked = await conn.execute(update(partners).where(mine).values(status=partners.c.status))
+    if not locked.rowcount:
+        return None
+    partner = await get_partner(conn, partner_id)
+    assert partner is not None
+    breaker = resumed(partner.breaker, now, lift_disable=partner.status == DISABLED)
+    if partner.status == ACTIVE and breaker == partner.breaker:
+        return partner
+    await conn.execute(
+        update(partners)
+        .where(mine)
+        .values(
+            status=ACTIVE,
+            updated_at=now,
+            consecutive_failures=breaker.consecutive_failures,
+            failing_since=breaker.failing_since,
+            circuit_open_until=breaker.open_until,
+            circuit_cooldown=breaker.cooldown,
+        )
+    )
+    await notify(conn)  # its waiting deliveries (or its probe) are claimable now
+    return await get_partner(conn, partner_id)

@@ -504,6 +504,7 @@ class Worker:
             )
             if failed and metrics is not None:
                 metrics.inc(metrics.deliveries_failed, record.job.partner_id)
+        self._paused_themselves(records)
         for partner_id, change in changes:
             if metrics is not None:
                 metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
@@ -512,6 +513,21 @@ class Worker:
                 logging.WARNING if warn else logging.INFO,
                 _CHANGE_LINES[change],
                 extra={"partner": partner_id, "circuit": change},
+            )
+
+    def _paused_themselves(self, records: Sequence[AttemptRecord]) -> None:
+        """A WARNING line and ``service_webhook_partner_paused_total`` for each partner whose 410
+        Gone answer among these committed attempts paused it (once per partner and turn: attempts
+        of one partner in flight together come back in the same turn)."""
+        gone = dict.fromkeys(
+            record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED
+        )
+        for partner_id in gone:
+            if self.metrics is not None:
+                self.metrics.inc(self.metrics.partner_paused, partner_id)
+            log.warning(
+                "a partner answered 410 Gone and paused itself; resume it once its endpoint is back",
+                extra={"partner": partner_id, "status_code": 410},
             )
 
     # --- one attempt --------------------------------------------------------------------------

@@ -7,8 +7,11 @@ with aiohttp, which the sender already uses:
   503 once it has not; a supervisor restarts a worker stuck on something that never returns. An
   idle loop still turns every poll interval, so only a stuck one goes quiet.
 - ``/readyz``: 200 while the database answers, 503 otherwise.
-- ``/metrics``: the worker's own counters (attempts by partner and outcome, attempt durations)
-  and the outbox gauges read at scrape time, in Prometheus text.
+- ``/metrics``: the worker's own counters (attempts by partner and outcome, attempt durations),
+  the outbox and partner gauges read at scrape time (``service.webhooks.scrape``), and the loop's
+  own: ``service_webhook_worker_last_turn_timestamp_seconds`` (Unix time of its last turn) beside
+  ``service_webhook_worker_stale_after_seconds`` (how long ``/healthz`` lets it be quiet), so an
+  alert tells exactly what ``/healthz`` tells: ``time() - last turn > stale after``.
 
 The worker tells when its loop last turned through ``Heartbeat``: its ``last_turn`` is
 ``time.monotonic()`` at the top of each turn.
@@ -21,12 +24,13 @@ from collections.abc import Callable
 from typing import Protocol
 
 from aiohttp import web
+from prometheus_client import Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.clock import Clock
 from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, reachable
 from service.metrics import CONTENT_TYPE, Metrics
-from service.webhooks import stats
+from service.webhooks.scrape import refresh_gauges
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001  # the server's default is 8000
@@ -43,6 +47,22 @@ class Heartbeat(Protocol):
 def stale_after(poll_interval: float) -> float:
     """Seconds without a turn after which the loop is stuck, for a worker polling this often."""
     return LIVENESS_TURNS * poll_interval + DATABASE_WAIT
+
+
+def loop_gauges(metrics: Metrics, last_turn: Callable[[], float], stale_after: float) -> None:
+    """Register the delivery loop's gauges on the worker's registry (only a process running the
+    standalone worker has them, so no other process reports a loop that never turned)."""
+    turned = Gauge(
+        "service_webhook_worker_last_turn_timestamp_seconds",
+        "Unix time at which the delivery loop last turned (an idle loop turns every poll interval).",
+        registry=metrics.registry,
+    )
+    turned.set_function(last_turn)
+    Gauge(
+        "service_webhook_worker_stale_after_seconds",
+        "Seconds without a turn after which /healthz answers 503 (the loop counts as stuck).",
+        registry=metrics.registry,
+    ).set(stale_after)
 
 
 def create_app(
@@ -67,9 +87,14 @@ def create_app(
         body = {"ok": False, "message": "The database is not reachable.", "database": "down"}
         return web.json_response(body, status=503)
 
+    def last_turn() -> float:
+        """The wall-clock time of the last turn, by the clock the worker runs on."""
+        return clock().timestamp() - (monotonic() - heartbeat.last_turn)
+
+    loop_gauges(metrics, last_turn, stale_after)
+
     async def scrape(request: web.Request) -> web.Response:
-        async with engine.connect() as conn:
-            metrics.set_outbox(await stats.outbox_stats(conn), clock())
+        metrics.ready.set(1 if await refresh_gauges(engine, metrics, clock()) else 0)
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     app = web.Application()
