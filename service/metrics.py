@@ -5,8 +5,9 @@ are read from the database when metrics are scraped (``set_outbox``), so every s
 reports the same queue, and so are the partner gauges (``set_partners``: circuit, status, stored
 failures, and the partner's name), which are then the same in every process and survive restarts.
 
-Partner names are text an admin typed: prometheus_client escapes them as label values, and they are
-cut to ``NAME_LABEL_MAX`` characters so one long name cannot bloat every scrape.
+Partner names are text an admin typed: prometheus_client escapes them as label values, control
+characters are replaced, and they are cut to ``NAME_LABEL_MAX`` characters so one long name cannot
+bloat every scrape.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+from service.text import readable
 
 if TYPE_CHECKING:
     from service.webhooks.standing import Standing
@@ -32,9 +35,11 @@ PARTNER_STATES = ("active", "paused", "disabled")
 
 
 def name_label(name: str) -> str:
-    """A partner's name as a label value: at most ``NAME_LABEL_MAX`` characters, an ellipsis
-    ending one that was cut."""
-    return name if len(name) <= NAME_LABEL_MAX else name[: NAME_LABEL_MAX - 1] + "\u2026"
+    """A partner's name as a label value: control characters (line breaks, escape sequences) as
+    U+FFFD, at most ``NAME_LABEL_MAX`` characters, an ellipsis ending one that was cut. Quotes and
+    backslashes stay: prometheus_client escapes them."""
+    shown = readable(name)
+    return shown if len(shown) <= NAME_LABEL_MAX else shown[: NAME_LABEL_MAX - 1] + "\u2026"
 
 
 class Metrics:

@@ -1,0 +1,204 @@
+"""What the operator sees without reading logs: partner gauges read from the database, the 410
+self-pause warning and counter, ``heldBy`` on deliveries an open circuit holds."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
+from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
+
+from service.cli import main
+from service.db.engine import create_engine
+from service.db.tables import partners
+from service.metrics import NAME_LABEL_MAX, name_label
+
+# A name an admin may type: quotes, a backslash, a line break, markup, an escape sequence, and
+# longer than a label keeps.
+HOSTILE_NAME = 'Evil "quoted" \\ back\nslash <script>alert(1)</script> \x1b[31mred ' + "x" * 80
+
+
+def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of ``name`` in Prometheus text, by its sorted labels."""
+    found: dict[tuple[tuple[str, str], ...], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name:
+                found[tuple(sorted(sample.labels.items()))] = sample.value
+    return found
+
+
+def by_partner(text: str, name: str) -> dict[str, float]:
+    return {dict(labels)["partner"]: value for labels, value in samples(text, name).items()}
+
+
+def partner_states(text: str) -> dict[str, str]:
+    """Each partner's state, from the one series of ``service_webhook_partner_state`` at 1; every
+    partner must have exactly one."""
+    ones: dict[str, list[str]] = {}
+    for labels, value in samples(text, "service_webhook_partner_state").items():
+        label = dict(labels)
+        ones.setdefault(label["partner"], [])
+        if value == 1:
+            ones[label["partner"]].append(label["state"])
+    assert all(len(states) == 1 for states in ones.values()), ones
+    return {partner: states[0] for partner, states in ones.items()}
+
+
+def names(text: str) -> dict[str, str]:
+    return {dict(labels)["partner"]: dict(labels)["name"] for labels in samples(text, "service_webhook_partner_info")}
+
+
+def scrape(client: Any) -> str:
+    response = client.get("/admin/metrics", headers=AUTH)
+    assert response.status == 200
+    text: str = response.text
+    return text
+
+
+def set_status(database_url: str, client: Any, partner_id: str, status: str) -> None:
+    """Set a status the service itself sets (``disabled`` after days of failure) straight in storage."""
+
+    async def write() -> None:
+        engine = create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(update(partners).where(partners.c.id == partner_id).values(status=status))
+        finally:
+            await engine.dispose()
+
+    client.run(write())
+
+
+@contextmanager
+def partners_in_every_state(
+    make_client: Any, database_url: str, receiver: Receiver
+) -> Iterator[tuple[Any, dict[str, str]]]:
+    """An app whose partners are: calm (active), down (circuit open, one delivery failed), gone
+    (paused itself by answering 410), held (paused by an admin), off (disabled), and one with a
+    hostile name. Yields the client and the partner ids by role."""
+    options = settings(webhook_breaker_failures=1, webhook_breaker_cooldown=600, webhook_retry_schedule=())
+    receiver.script("/down", *[Reply(500)] * 5)
+    receiver.script("/gone", Reply(410, "gone"))
+    with make_client(database_url=database_url, **options) as client:
+        ids = {
+            role: onboard(client, receiver.url(f"/{role}"), name=name)["id"]
+            for role, name in [
+                ("calm", "Calm"),
+                ("down", "Down"),
+                ("gone", "Gone"),
+                ("held", "Held"),
+                ("off", "Off"),
+                ("evil", HOSTILE_NAME),
+            ]
+        }
+        assert client.post(f"/admin/partners/{ids['held']}/pause", headers=AUTH).status == 200
+        set_status(database_url, client, ids["off"], "disabled")
+        publish(client, room_claimed())
+        assert drain(client) == 4  # calm, down, gone, evil
+        yield client, ids
+
+
+def test_partner_gauges_are_read_from_the_database(make_client: Any, database_url: str) -> None:
+    """Circuit, state, stored failures and names are gauges read at scrape time: a fresh app over
+    the same database reports the same, and each change shows at the next scrape."""
+    with Receiver() as receiver:
+        with partners_in_every_state(make_client, database_url, receiver) as (client, ids):
+            first = scrape(client)
+        role = {partner_id: name for name, partner_id in ids.items()}
+        with make_client(database_url=database_url, **settings()) as fresh:  # a new process, counters at zero
+            again = scrape(fresh)
+            assert samples(again, "service_webhook_deliveries_failed_total") == {}
+            for text in (first, again):
+                assert {role[p]: v for p, v in by_partner(text, "service_webhook_circuit_open").items()} == {
+                    "calm": 0, "down": 1, "gone": 0, "held": 0, "off": 0, "evil": 0,
+                }  # fmt: skip
+                assert {role[p]: s for p, s in partner_states(text).items()} == {
+                    "calm": "active", "down": "active", "gone": "paused", "held": "paused", "off": "disabled",
+                    "evil": "active",
+                }  # fmt: skip
+                assert {role[p]: v for p, v in by_partner(text, "service_webhook_failed_deliveries").items()} == {
+                    "calm": 0, "down": 1, "gone": 0, "held": 0, "off": 0, "evil": 0,
+                }  # fmt: skip
+                assert {role[p]: n for p, n in names(text).items()} == {
+                    "calm": "Calm", "down": "Down", "gone": "Gone", "held": "Held", "off": "Off",
+                    "evil": name_label(HOSTILE_NAME),
+                }  # fmt: skip
+
+            for role_name in ("gone", "held", "off"):
+                assert fresh.post(f"/admin/partners/{ids[role_name]}/resume", headers=AUTH).status == 200
+            assert fresh.post(f"/admin/partners/{ids['down']}/retry", headers=AUTH).json["requeued"] == 1
+            assert fresh.delete(f"/admin/partners/{ids['calm']}", headers=AUTH).status == 204
+            changed = scrape(fresh)
+        assert {role[p]: s for p, s in partner_states(changed).items()} == {
+            "down": "active", "gone": "active", "held": "active", "off": "active", "evil": "active",
+        }  # fmt: skip
+        assert by_partner(changed, "service_webhook_failed_deliveries")[ids["down"]] == 0
+        # The resumed circuit is half-open (a probe is due at once): still not closed, still 1.
+        assert by_partner(changed, "service_webhook_circuit_open")[ids["down"]] == 1
+        assert ids["calm"] not in names(changed)  # a removed partner drops out
+
+
+def test_a_hostile_partner_name_is_one_escaped_bounded_label(make_client: Any, database_url: str) -> None:
+    """The name's quotes and backslash are escaped, its control characters replaced, its length cut:
+    the text still parses, with the name on one line of its own series."""
+    with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        partner = onboard(client, receiver.url(), name=HOSTILE_NAME)
+        text = scrape(client)
+    [line] = [line for line in text.splitlines() if line.startswith("service_webhook_partner_info{")]
+    assert '\\"quoted\\" \\\\ back\ufffdslash <script>' in line
+    shown = names(text)[partner["id"]]
+    assert len(shown) == NAME_LABEL_MAX and shown.endswith("\u2026") and "\x1b" not in shown
+    assert HOSTILE_NAME.startswith(shown[:12])
+
+
+def test_a_partner_pausing_itself_with_410_is_a_warning_and_a_counter(
+    make_client: Any, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """410 Gone pauses the partner: one WARNING line naming it and service_webhook_partner_paused_total."""
+    with Receiver(Reply(410, "gone")) as receiver, make_client(database_url=database_url, **settings()) as client:
+        gone = onboard(client, receiver.url())
+        calm = onboard(client, receiver.url("/calm"), name="Calm")
+        receiver.script("/calm", Reply(200))
+        publish(client, room_claimed())
+        with caplog.at_level(logging.WARNING, logger="service.webhooks.worker"):
+            assert drain(client) == 2
+        text = scrape(client)
+        shown = client.get(f"/admin/partners/{gone['id']}", headers=AUTH).json
+    warnings = [record for record in caplog.records if "410 Gone" in record.getMessage()]
+    assert [(record.levelname, record.partner) for record in warnings] == [("WARNING", gone["id"])]  # type: ignore[attr-defined]
+    assert by_partner(text, "service_webhook_partner_paused_total") == {gone["id"]: 1.0}
+    assert partner_states(text)[gone["id"]] == "paused" == shown["status"]
+    assert partner_states(text)[calm["id"]] == "active"
+
+
+def test_deliveries_held_by_an_open_circuit_say_so(
+    make_client: Any, database_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pending deliveries of a partner whose circuit is open carry heldBy "circuit" in the admin
+    listing and the command's; others (a healthy partner's, a delivered one) carry no heldBy."""
+    options = settings(webhook_breaker_failures=2, webhook_breaker_cooldown=600)
+    with Receiver() as receiver, make_client(database_url=database_url, **options) as client:
+        receiver.script("/down", *[Reply(500)] * 2)
+        down = onboard(client, receiver.url("/down"), name="Down")
+        publish(client, room_claimed("one"))
+        publish(client, room_claimed("two"))
+        assert drain(client) == 2  # two failures: the circuit opens
+        calm = onboard(client, receiver.url("/calm"), name="Calm")
+        publish(client, room_claimed("three"))  # due for both; held for the one
+        listed = deliveries(client)
+        assert client.get(f"/admin/partners/{down['id']}", headers=AUTH).json["circuit"] == "open"
+    held = {(d["partnerId"], d["status"], d.get("heldBy")) for d in listed}
+    assert held == {(down["id"], "pending", "circuit"), (calm["id"], "pending", None)}
+    assert sum(d.get("heldBy") == "circuit" for d in listed) == 3
+
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["deliveries", "list", "--partner", down["id"]]) == 0
+    printed = json.loads(capsys.readouterr().out)["deliveries"]
+    assert [d["heldBy"] for d in printed] == ["circuit"] * 3
