@@ -560,8 +560,9 @@ async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: 
 
 
 async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetime) -> Partner | None:
-    """Make the partner active and try it now (``breaker.resumed``): an open circuit turns half-open,
-    so one probe goes at the next claim; None when there is no such partner.
+    """Make the partner active and try it now (``breaker.resumed``): an open circuit turns half-open
+    and what it held is due now, so one probe goes at the next claim and, once it succeeds, the
+    rest follow; None when there is no such partner.
 
     A circuit closed or already half-open starts afresh (closed, no failures counted); resuming an
     active partner with nothing to start afresh changes nothing.
@@ -589,5 +590,17 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
             circuit_cooldown=breaker.cooldown,
         )
     )
+    if breaker.open_until is not None:
+        # "Now" for what the circuit held too: the probe goes at once (not at its retry's time),
+        # and on its success the rest follow at once.
+        await conn.execute(
+            update(deliveries)
+            .where(
+                deliveries.c.partner_id == partner_id,
+                deliveries.c.status == DeliveryStatus.PENDING,
+                deliveries.c.next_attempt_at > now,
+            )
+            .values(next_attempt_at=now, updated_at=now)
+        )
     await notify(conn)  # its waiting deliveries (or its probe) are claimable now
     return await get_partner(conn, partner_id)
