@@ -188,6 +188,8 @@ class Metrics:
                 self.partner_state.labels(partner, state).set(1 if standing.status == state else 0)
             self.failed_deliveries.labels(partner).set(standing.failed)
             self.partner_info.labels(partner).info({"name": name_label(standing.name)})
+            # Each partner's counter shows from 0, so a rate over it sees the first 410 too.
+            self.partner_paused.labels(partner)
 
     def clear_database_gauges(self) -> None:
         """Drop every gauge read from the database (it could not be read: none is better than stale)."""

@@ -3,21 +3,29 @@ self-pause warning and counter, ``heldBy`` on deliveries an open circuit holds."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
 
 from service.cli import main
+from service.clock import ManualClock
 from service.db.engine import create_engine
 from service.db.tables import partners
-from service.metrics import NAME_LABEL_MAX, name_label
+from service.metrics import NAME_LABEL_MAX, Metrics, name_label
+from service.settings import Settings
+from service.webhooks import outbox, worker_http
+from service.webhooks.worker import Worker
+from tests.tools import require_tool
 
 # A name an admin may type: quotes, a backslash, a line break, markup, an escape sequence, and
 # longer than a label keeps.
@@ -173,7 +181,8 @@ def test_a_partner_pausing_itself_with_410_is_a_warning_and_a_counter(
         shown = client.get(f"/admin/partners/{gone['id']}", headers=AUTH).json
     warnings = [record for record in caplog.records if "410 Gone" in record.getMessage()]
     assert [(record.levelname, record.partner) for record in warnings] == [("WARNING", gone["id"])]  # type: ignore[attr-defined]
-    assert by_partner(text, "service_webhook_partner_paused_total") == {gone["id"]: 1.0}
+    # Every partner's counter is there from 0 (so a rate sees the first 410); only this one moved.
+    assert by_partner(text, "service_webhook_partner_paused_total") == {gone["id"]: 1.0, calm["id"]: 0.0}
     assert partner_states(text)[gone["id"]] == "paused" == shown["status"]
     assert partner_states(text)[calm["id"]] == "active"
 
@@ -202,3 +211,54 @@ def test_deliveries_held_by_an_open_circuit_say_so(
     assert main(["deliveries", "list", "--partner", down["id"]]) == 0
     printed = json.loads(capsys.readouterr().out)["deliveries"]
     assert [d["heldBy"] for d in printed] == ["circuit"] * 3
+
+
+async def scrape_a_worker(database_url: str, clock: ManualClock, receiver: Receiver) -> str:
+    """A standalone worker's /metrics, as Prometheus reads it, after it delivered one event."""
+    engine = create_engine(database_url)
+    metrics = Metrics()
+    config = Settings(database_url=database_url, **settings())
+    try:
+        await outbox.publish_event(engine, room_claimed("late"), now=clock())
+        async with Worker(engine, settings=config, clock=clock, metrics=metrics) as worker:
+            assert await worker.drain() >= 1
+            app = worker_http.create_app(
+                heartbeat=worker, engine=engine, metrics=metrics, clock=clock, stale_after=15.0
+            )
+            runner = await worker_http.start(app, "127.0.0.1", 0)
+            host, port = runner.addresses[0][:2]
+            try:
+                async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/metrics") as answer:
+                    assert answer.status == 200
+                    return await answer.text()
+            finally:
+                await runner.cleanup()
+    finally:
+        await engine.dispose()
+
+
+def check_metrics(text: str) -> str:
+    """What ``promtool check metrics`` says of the text: nothing when there is nothing to fix."""
+    path = require_tool("promtool", "it lints the metrics Prometheus scrapes")
+    checked = subprocess.run([path, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    return f"exit {checked.returncode}: {checked.stdout}{checked.stderr}".strip()
+
+
+def test_promtool_finds_nothing_to_fix_in_either_scrape(
+    make_client: Any, database_url: str, clock: ManualClock
+) -> None:
+    """The server's /admin/metrics and the worker's /metrics, with partners in every state (a
+    hostile name among them) and every family present, pass promtool check metrics."""
+    with Receiver() as receiver:
+        with partners_in_every_state(make_client, database_url, receiver) as (client, ids):
+            client.get("/api/nothing-here")  # a 4xx counted
+            server = scrape(client)
+        worker = asyncio.run(scrape_a_worker(database_url, clock, receiver))
+    for text in (server, worker):
+        assert set(partner_states(text)) == set(ids.values())
+        assert check_metrics(text) == "exit 0:"
+    assert "service_webhook_partner_paused_total" in server
+    assert samples(worker, "service_webhook_worker_stale_after_seconds") == {(): 15.0}
+    [turned] = samples(worker, "service_webhook_worker_last_turn_timestamp_seconds").values()
+    assert abs(turned - clock().timestamp()) < 60  # the loop turned just now, by the worker's clock
+    assert samples(worker, "service_ready") == {(): 1.0} == samples(server, "service_ready")

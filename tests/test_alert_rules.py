@@ -1,0 +1,63 @@
+"""The shipped Prometheus alert rules: they load, every alert has a promtool unit test that sees
+it fire, and every partner alert names the partner by name and says what to do."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.tools import require_tool
+
+PROMETHEUS = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+RULES = PROMETHEUS / "alerts.yml"
+RULE_TESTS = PROMETHEUS / "alerts_test.yml"
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    path = require_tool("promtool", "the alert rules are checked and unit-tested with it")
+    return subprocess.run([path, *args], capture_output=True, text=True, cwd=PROMETHEUS, timeout=120)
+
+
+def alerts() -> dict[str, dict[str, Any]]:
+    document = yaml.safe_load(RULES.read_text())
+    return {rule["alert"]: rule for group in document["groups"] for rule in group["rules"] if "alert" in rule}
+
+
+def test_the_rules_load_as_they_are() -> None:
+    """promtool check rules accepts the file unchanged, every rule in it."""
+    checked = promtool("check", "rules", RULES.name)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in checked.stdout
+
+
+def test_the_unit_tests_of_the_rules_pass() -> None:
+    """promtool test rules runs alerts_test.yml: each alert fires when it must and not before."""
+    tested = promtool("test", "rules", RULE_TESTS.name)
+    assert tested.returncode == 0, tested.stdout + tested.stderr
+    assert "SUCCESS" in tested.stdout
+
+
+def test_every_alert_is_seen_firing_by_a_unit_test() -> None:
+    """No alert goes untested: each appears in a unit test that expects it to fire."""
+    document = yaml.safe_load(RULE_TESTS.read_text())
+    assert document["rule_files"] == [RULES.name]
+    fired = {
+        check["alertname"]
+        for test in document["tests"]
+        for check in test["alert_rule_test"]
+        if check["exp_alerts"]
+    }
+    assert fired == set(alerts())
+
+
+def test_partner_alerts_name_the_partner_and_the_action() -> None:
+    """Every alert about a partner joins its name into the summary, beside a command to run."""
+    partner_alerts = {name: rule for name, rule in alerts().items() if "service_webhook_partner" in rule["expr"]}
+    assert len(partner_alerts) == 5
+    for name, rule in partner_alerts.items():
+        assert "group_left (name)" in rule["expr"], name
+        summary = rule["annotations"]["summary"]
+        assert "{{ $labels.name }}" in summary and "(partners " in summary, name
