@@ -262,3 +262,33 @@ def test_promtool_finds_nothing_to_fix_in_either_scrape(
     [turned] = samples(worker, "service_webhook_worker_last_turn_timestamp_seconds").values()
     assert abs(turned - clock().timestamp()) < 60  # the loop turned just now, by the worker's clock
     assert samples(worker, "service_ready") == {(): 1.0} == samples(server, "service_ready")
+
+
+async def test_a_scrape_without_the_database_says_not_ready_and_shows_no_stale_gauges(
+    clock: ManualClock,
+) -> None:
+    """The worker's /metrics still answers when the database does not: service_ready 0, its
+    counters, and none of the gauges only the database can tell."""
+    engine = create_engine("postgresql://nobody@127.0.0.1:9/none")  # a closed port: refused at once
+    metrics = Metrics()
+    metrics.circuit_open.labels("ptn_old").set(1)  # what an earlier scrape had read
+    metrics.inc(metrics.partner_paused, "ptn_old")
+
+    class Beat:
+        last_turn = 0.0
+
+    app = worker_http.create_app(
+        heartbeat=Beat(), engine=engine, metrics=metrics, clock=clock, stale_after=15.0, monotonic=lambda: 0.0
+    )
+    runner = await worker_http.start(app, "127.0.0.1", 0)
+    host, port = runner.addresses[0][:2]
+    try:
+        async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/metrics") as answer:
+            status, text = answer.status, await answer.text()
+    finally:
+        await runner.cleanup()
+        await engine.dispose()
+    assert status == 200
+    assert samples(text, "service_ready") == {(): 0.0}
+    assert samples(text, "service_webhook_circuit_open") == {}
+    assert by_partner(text, "service_webhook_partner_paused_total") == {"ptn_old": 1.0}
