@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import update
+from sqlalchemy import text, update
 from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
 
 from service.cli import main
@@ -24,6 +24,7 @@ from service.db.tables import partners
 from service.metrics import NAME_LABEL_MAX, Metrics, name_label
 from service.settings import Settings
 from service.webhooks import outbox, worker_http
+from service.webhooks.standing import FAILED_COUNT
 from service.webhooks.worker import Worker
 from tests.tools import require_tool
 
@@ -292,3 +293,21 @@ async def test_a_scrape_without_the_database_says_not_ready_and_shows_no_stale_g
     assert samples(text, "service_ready") == {(): 0.0}
     assert samples(text, "service_webhook_circuit_open") == {}
     assert by_partner(text, "service_webhook_partner_paused_total") == {"ptn_old": 1.0}
+
+
+async def test_the_failed_count_reads_its_partial_index(database_url: str) -> None:
+    """Each scrape counts failed deliveries from ix_deliveries_failed (only failed rows), never by
+    walking every delivery, on both databases."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            statement = str(FAILED_COUNT.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+            if database_url.startswith("sqlite"):
+                plan = [row[-1] for row in await conn.execute(text(f"EXPLAIN QUERY PLAN {statement}"))]
+            else:
+                # An empty test table is cheapest to read whole; forbid that to see the index path.
+                await conn.execute(text("SET LOCAL enable_seqscan = off"))
+                plan = [row[0] for row in await conn.execute(text(f"EXPLAIN {statement}"))]
+    finally:
+        await engine.dispose()
+    assert any("ix_deliveries_failed" in line for line in plan), plan

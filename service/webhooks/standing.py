@@ -35,12 +35,12 @@ _PARTNERS = (
     .order_by(partners.c.id)
 )
 # The filter is the partial index's own predicate, word for word, so both planners use it.
-_FAILED = select(deliveries.c.partner_id, func.count()).where(FAILED_ROWS).group_by(deliveries.c.partner_id)
+FAILED_COUNT = select(deliveries.c.partner_id, func.count()).where(FAILED_ROWS).group_by(deliveries.c.partner_id)
 
 
 async def standings(conn: AsyncConnection) -> list[Standing]:
     """Every partner not removed, by id."""
-    failed: dict[str, int] = {partner_id: int(count) for partner_id, count in await conn.execute(_FAILED)}
+    failed: dict[str, int] = {partner_id: int(count) for partner_id, count in await conn.execute(FAILED_COUNT)}
     return [
         Standing(
             row.id,
