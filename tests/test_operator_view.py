@@ -14,7 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import text, update
+from sqlalchemy import text as sql
+from sqlalchemy import update
 from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, room_claimed, settings
 
 from service.cli import main
@@ -303,11 +304,11 @@ async def test_the_failed_count_reads_its_partial_index(database_url: str) -> No
         async with engine.connect() as conn:
             statement = str(FAILED_COUNT.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
             if database_url.startswith("sqlite"):
-                plan = [row[-1] for row in await conn.execute(text(f"EXPLAIN QUERY PLAN {statement}"))]
+                plan = [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
             else:
                 # An empty test table is cheapest to read whole; forbid that to see the index path.
-                await conn.execute(text("SET LOCAL enable_seqscan = off"))
-                plan = [row[0] for row in await conn.execute(text(f"EXPLAIN {statement}"))]
+                await conn.execute(sql("SET LOCAL enable_seqscan = off"))
+                plan = [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
     finally:
         await engine.dispose()
     assert any("ix_deliveries_failed" in line for line in plan), plan

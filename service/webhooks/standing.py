@@ -35,12 +35,15 @@ _PARTNERS = (
     .order_by(partners.c.id)
 )
 # The filter is the partial index's own predicate, word for word, so both planners use it.
-FAILED_COUNT = select(deliveries.c.partner_id, func.count()).where(FAILED_ROWS).group_by(deliveries.c.partner_id)
+FAILED_COUNT = (
+    select(deliveries.c.partner_id, func.count()).where(FAILED_ROWS).group_by(deliveries.c.partner_id)
+)
 
 
 async def standings(conn: AsyncConnection) -> list[Standing]:
     """Every partner not removed, by id."""
-    failed: dict[str, int] = {partner_id: int(count) for partner_id, count in await conn.execute(FAILED_COUNT)}
+    counted = await conn.execute(FAILED_COUNT)
+    failed: dict[str, int] = {partner_id: int(count) for partner_id, count in counted}
     return [
         Standing(
             row.id,
