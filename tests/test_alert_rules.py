@@ -61,3 +61,19 @@ def test_partner_alerts_name_the_partner_and_the_action() -> None:
         assert "group_left (name)" in rule["expr"], name
         summary = rule["annotations"]["summary"]
         assert "{{ $labels.name }}" in summary and "(partners " in summary, name
+
+
+def test_the_example_configuration_loads_the_rules(tmp_path: Path) -> None:
+    """prometheus.yml, with its token file in place, passes promtool check config, rules included."""
+    config = (PROMETHEUS / "prometheus.yml").read_text()
+    token = tmp_path / "service-admin-token"
+    token.write_text("x" * 32)
+    assert "/etc/prometheus/service-admin-token" in config
+    (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/service-admin-token", str(token)))
+    (tmp_path / RULES.name).write_text(RULES.read_text())
+    path = require_tool("promtool", "the example configuration is checked with it")
+    checked = subprocess.run(
+        [path, "check", "config", "prometheus.yml"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(alerts())} rules found" in checked.stdout
