@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
 from service.text import readable
+from service.webhooks.states import PartnerStatus
 
 if TYPE_CHECKING:
     from service.webhooks.standing import Standing
@@ -31,7 +32,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # or in an alert, a third of what the name column holds.
 NAME_LABEL_MAX = 64
 # The states a partner's state gauge has a series for (a removed partner has none).
-PARTNER_STATES = ("active", "paused", "disabled")
+PARTNER_STATES = tuple(status for status in PartnerStatus if status is not PartnerStatus.REMOVED)
 
 
 def name_label(name: str) -> str:
