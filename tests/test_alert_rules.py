@@ -11,7 +11,7 @@ import yaml
 
 from tests.tools import require_tool
 
-PROMETHEUS = Path(__file__).resolve().parent.parent / "deploy" / "prometheus"
+PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
 RULES = PROMETHEUS / "alerts.yml"
 RULE_TESTS = PROMETHEUS / "alerts_test.yml"
 
