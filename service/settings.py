@@ -12,6 +12,8 @@ from typing import Annotated
 from limits import parse_many
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from service.webhooks.retry import DEFAULT_SCHEDULE
 
@@ -140,6 +142,19 @@ class Settings(BaseSettings):
     def _database_url(cls, value: str) -> str:
         if not value.startswith(("sqlite:", "postgresql:", "postgres:", "postgresql+")):
             raise ValueError("SERVICE_DATABASE_URL must be sqlite:///PATH or postgresql://...")
+        # The reasons never repeat the URL: it may carry the database password.
+        try:
+            url = make_url(value)
+            port = url.port
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                "SERVICE_DATABASE_URL is not a valid URL (postgresql://USER[:PASSWORD]@HOST[:PORT]/DB; "
+                "characters such as @ : / in the password are written %40 %3A %2F)"
+            ) from None
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"SERVICE_DATABASE_URL's port {port} is not between 1 and 65535")
+        if url.get_backend_name() == "postgresql" and not url.database:
+            raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
         return value
 
     @field_validator("admin_token")
