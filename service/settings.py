@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from limits import parse_many
 from pydantic import Field, field_validator
@@ -128,6 +129,11 @@ class Settings(BaseSettings):
         default=None,  # None: the packaged default
         description="The discovery wording, a TOML file; unset, the packaged one.",
     )
+    waitlist_redirect_url: str | None = Field(
+        default=None,
+        description="Where a form post from a browser that prefers HTML is sent (303) after registering; "
+        "on a refusal, the same URL with error and field in the query. Unset: JSON answers only.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -135,6 +141,17 @@ class Settings(BaseSettings):
         value = value.strip().rstrip("/")
         if not value.startswith(("http://", "https://")):
             raise ValueError("SERVICE_BASE_URL must start with http:// or https://")
+        return value
+
+    @field_validator("waitlist_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None  # empty means unset
+        value = value.strip()
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c in value for c in "\r\n\t "):
+            raise ValueError("SERVICE_WAITLIST_REDIRECT_URL must be an absolute http:// or https:// URL")
         return value
 
     @field_validator("database_url")
