@@ -4,9 +4,11 @@ and finding one process of the topology to kill."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import time
 import urllib.error
@@ -37,13 +39,15 @@ class Backends:
 
 
 @contextmanager
-def scratch_backends() -> Iterator[Backends]:
-    """A database of its own on the test PostgreSQL and a Redis key prefix of its own, both removed after."""
+def scratch_backends(*, create: bool = True) -> Iterator[Backends]:
+    """A database of its own on the test PostgreSQL (made here unless the caller makes it) and a Redis
+    key prefix of its own, both removed after."""
     if not POSTGRES_URL or not REDIS_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL and SERVICE_TEST_REDIS_URL are needed for the rehearsal")
     name = f"service_cluster_{uuid.uuid4().hex[:12]}"
     prefix = f"service-cluster-{uuid.uuid4().hex[:12]}"
-    asyncio.run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
+    if create:
+        asyncio.run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
     url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
     try:
         yield Backends(url, REDIS_URL, prefix)
@@ -138,3 +142,18 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
             return
         time.sleep(0.02)  # polling the kernel for the process's end
     raise AssertionError(f"process {pid} still runs")
+
+
+def stop_group(pgid: int, timeout: float = 30.0) -> None:
+    """SIGTERM every process of the group, then wait for them all to end (SIGKILL past ``timeout``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)  # polling the processes' shutdown
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ from tests.cluster import (
     honcho,
     scratch_backends,
     service_pid,
+    stop_group,
     wait_answering,
     wait_gone,
 )
@@ -105,10 +105,6 @@ def test_the_procfile_topology_limits_delivers_and_survives_a_killed_server(tmp_
             answers.append(register(ports.proxy, "203.0.113.30", "c@example.com"))
             assert answers == [200] * 7, log.read_text()[-3000:]
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(topology.pid, signal.SIGTERM)
-            try:
-                topology.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(topology.pid, signal.SIGKILL)
-                topology.wait(timeout=10)
+            # honcho stops its processes (each in a group of its own) on SIGTERM, then ends.
+            stop_group(topology.pid)
+            topology.wait(timeout=30)
