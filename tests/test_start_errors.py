@@ -7,13 +7,15 @@ import subprocess
 import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from sqlalchemy.engine import make_url
 
 from service.cli import main
+from tests.cluster import call
 from tests.conftest import POSTGRES_URL
-from tests.processes import ROOT, free_port
+from tests.processes import ROOT, free_port, kill, start_server
 from tests.webhook_helpers import TEST_SECRETS_KEY
 
 COMMANDS = (["serve", "--port", "0"], ["worker", "--port", "0"], ["migrate"])
@@ -111,3 +113,22 @@ def test_every_start_command_refuses_every_case(
     out, err = capsys.readouterr()
     assert out == ""
     assert_one_line(err, case)
+
+
+def test_an_unreachable_redis_is_not_a_start_error(tmp_path: Path) -> None:
+    """serve starts and serves the documents; registrations and /readyz answer 503 naming the store."""
+    port = free_port()
+    env = {
+        "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'service.db'}",
+        "SERVICE_RATE_LIMIT_STORAGE": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+    }
+    server = start_server(port, env, "--no-worker")
+    try:
+        assert call(port, "GET", "/llms.txt")[0] == 200
+        status, ready = call(port, "GET", "/readyz")
+        assert (status, ready["database"], ready["rateLimitStore"]) == (503, "up", "down")
+        status, refused = call(port, "POST", "/api/waitlist", {"email": "ada@example.com", "intent": "claim"})
+        assert status == 503
+        assert refused["ok"] is False
+    finally:
+        kill(server)
