@@ -79,7 +79,7 @@ def test_a_refused_form_post_is_sent_back_with_the_error(
     ids=["json-body", "any", "json-accept", "no-accept"],
 )
 def test_other_clients_keep_the_json_answers(make_client: Any, headers: dict[str, str]) -> None:
-    """Only a form post preferring HTML is redirected; everyone else gets the spec's 200 and 400 in JSON."""
+    """Only a form post preferring HTML is redirected; everyone else gets the documented 200 and 400 in JSON."""
     good = b'{"email":"ada@example.com","intent":"claim"}' if "json" in headers["content-type"] else GOOD
     bad = (
         b'{"email":"nope","intent":"claim"}'
