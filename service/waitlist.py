@@ -202,7 +202,10 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
         if retry_after is not None:
             ctx.metrics.waitlist_limited.inc()
             raise TooManyRequests(retry_after)
-        redirect = ctx.settings.waitlist_redirect_url if from_html_form(request) else None
+        # Accept is parsed only where the operator asked for redirects: the hot path stays as it was.
+        redirect = ctx.settings.waitlist_redirect_url
+        if redirect and not from_html_form(request):
+            redirect = None
         try:
             registration = parse_registration(read_body(request), clock())
         except ServiceError as error:  # the client's mistake: answered here, not raised through Sanic
