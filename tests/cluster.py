@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -144,16 +145,18 @@ def wait_gone(pid: int, timeout: float = 10.0) -> None:
     raise AssertionError(f"process {pid} still runs")
 
 
-def stop_group(pgid: int, timeout: float = 30.0) -> None:
-    """SIGTERM every process of the group, then wait for them all to end (SIGKILL past ``timeout``)."""
+def stop_group(leader: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+    """SIGTERM every process of ``leader``'s group, then wait for them all to end (SIGKILL past ``timeout``)."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGTERM)
+        os.killpg(leader.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        leader.poll()  # reaped, so the group empties once its last member ends
         try:
-            os.killpg(pgid, 0)
+            os.killpg(leader.pid, 0)
         except ProcessLookupError:
             return
         time.sleep(0.05)  # polling the processes' shutdown
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
+        os.killpg(leader.pid, signal.SIGKILL)
+    leader.wait(timeout=10)

@@ -106,5 +106,4 @@ def test_the_procfile_topology_limits_delivers_and_survives_a_killed_server(tmp_
             assert answers == [200] * 7, log.read_text()[-3000:]
         finally:
             # honcho stops its processes (each in a group of its own) on SIGTERM, then ends.
-            stop_group(topology.pid)
-            topology.wait(timeout=30)
+            stop_group(topology)

@@ -82,5 +82,4 @@ def test_the_guides_commands_in_order_reach_a_delivered_event(tmp_path: Path) ->
             assert receiver.wait_for(lambda seen: len(seen) == 1, timeout=10)
             assert b'"event":"room.claimed"' in receiver.requests[0].body.replace(b" ", b"")
         finally:
-            stop_group(shell.pid)
-            shell.wait(timeout=30)
+            stop_group(shell)
