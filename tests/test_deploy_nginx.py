@@ -208,3 +208,22 @@ def test_running_proxy_forwards_client_address_and_limits_bodies(tmp_path: Path)
             "ok": False,
             "message": "The service is briefly unavailable; try again shortly.",
         }
+
+
+def test_operators_only_keeps_admin_and_console_to_their_networks(tmp_path: Path) -> None:
+    """With `default 0`, /admin and /console answer 403 in the JSON shape to other addresses; the rest is proxied."""
+    nginx = require_tool("nginx", "deploy/nginx is run to check what it refuses")
+    listen = free_port()
+    with echo_server("one") as first, echo_server("two") as second:
+        prefix = production_site(tmp_path, addresses(listen, first, second))
+        site = prefix / "service.conf"
+        site.write_text(site.read_text().replace("default 1;", "default 0;\n        192.0.2.0/24 1;"))
+        with running_nginx(nginx, prefix):
+            for path in ("/admin/partners", "/console", "/console/partners"):
+                status, headers, body = request(listen, "GET", path)
+                assert (status, headers["content-type"]) == (403, "application/json"), path
+                assert json.loads(body) == {
+                    "ok": False,
+                    "message": "This address may not reach this part of the service.",
+                }
+            assert request(listen, "GET", "/api/v1")[0] == 200
