@@ -1,4 +1,4 @@
-"""The read-only routes: discovery documents, ``/api/v1``, the catalog and its event documents.
+"""The read-only routes: discovery documents, ``/api/v1``, the catalog, its event documents, partner pages.
 
 Each handler holds its rendered document, so a request is a header compare and a response built
 from precomputed bytes and headers. Every route answers GET and HEAD.
@@ -46,6 +46,8 @@ def create_blueprint(discovery: Discovery) -> Blueprint:
             raise NotFound("No event kind with this id is in the catalog.")
         return respond(request, document)
 
+    for number, (path, document) in enumerate(discovery.partner_pages.items()):
+        bp.add_route(_serve(document), path, methods=READ, name=f"partnerPage{number}", strict_slashes=True)
     bp.add_route(sitemap, SITEMAP.path, methods=READ, name=SITEMAP.key)
     bp.add_route(event_schema, EVENT_SCHEMA_ROUTE, methods=READ, name="webhookEventSchema")
     return bp
