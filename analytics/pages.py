@@ -44,6 +44,7 @@ from service.partner_docs import (
 )
 
 REMOVE_TAG = "remove-cell"  # the tag of setup cells; the name Jupyter Book and nbconvert docs use
+REMOVE_INPUT_TAG = "remove-input"  # a cell whose result the page shows, but not its setup code
 NOTEBOOK_BASE_URL = "https://launchrooms.example"  # the notebooks' service address (analytics.event_docs)
 _SERVICE_LINK = re.compile(re.escape(NOTEBOOK_BASE_URL) + r"(?=/(?:api|docs)/)")
 PAGES_DIR = Path(__file__).resolve().parents[1] / "service" / "partner_docs" / "pages"
@@ -88,7 +89,9 @@ def _tokenize(text: str) -> str:
 
 
 def _without_setup(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
-    remover = TagRemovePreprocessor(remove_cell_tags={REMOVE_TAG}, enabled=True)  # type: ignore[no-untyped-call]
+    remover = TagRemovePreprocessor(  # type: ignore[no-untyped-call]
+        remove_cell_tags={REMOVE_TAG}, remove_input_tags={REMOVE_INPUT_TAG}, enabled=True
+    )
     cleaned: nbformat.NotebookNode = remover.preprocess(notebook, {})[0]  # type: ignore[no-untyped-call]
     return cleaned
 
