@@ -59,9 +59,9 @@ body { margin: 0; font: 16px/1.5 system-ui, sans-serif; color: #1b1b1b; backgrou
 header, main, footer { max-width: 60rem; margin: 0 auto; padding: 0 1rem; }
 header { border-bottom: 1px solid #ccc; }
 nav ul { list-style: none; padding: 0; display: flex; flex-wrap: wrap; gap: 1rem; }
-a { color: #0b57d0; }
+a { color: #0b57d0; text-decoration: underline; }
 h1, h2, h3 { line-height: 1.25; }
-.anchor-link { margin-left: 0.3em; color: #555; text-decoration: none; }
+.anchor-link { margin-left: 0.3em; color: #555; }
 code, pre { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 0.9em; }
 pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f6f8fa; padding: 0.75rem;
   border: 1px solid #ddd; border-radius: 4px; }
@@ -133,6 +133,7 @@ def _html_page(page: PartnerPage, body: str) -> str:
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         f"<title>{escape(page.title)}</title>\n"
+        '<link rel="icon" href="data:,">\n'  # no icon: the browser asks for /favicon.ico otherwise
         f'<link rel="stylesheet" href="{stylesheet}">\n'
         f'<link rel="alternate" type="text/markdown" href="{alternate}">\n'
         f"</head>\n<body>\n<header>{_nav(page)}</header>\n<main>\n{body}\n</main>\n</body>\n</html>\n"
