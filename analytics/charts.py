@@ -72,7 +72,7 @@ def registrations_over_time_chart(over_time: pd.DataFrame) -> Figure:
         ax.set_xlim(periods[0] - step / 2, periods[-1] + step / 2)
         every = -(-len(periods) // MAX_TIME_TICKS)  # ceiling: every n-th period has its date
         ax.set_xticks(periods[::every])
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
         fig.autofmt_xdate()
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
