@@ -62,6 +62,16 @@ def test_pages_are_served_with_validators_csp_304_and_head(make_client, path, me
     assert (stale.status_code, stale.content) == (200, response.content)
 
 
+def test_the_index_without_its_slash_redirects_to_it(make_client):
+    """/docs/webhooks answers 308 to /docs/webhooks/; an unknown page is a JSON 404."""
+    with make_client(base_url=BASE) as client:
+        moved = client.get("/docs/webhooks", follow_redirects=False)
+        missing = client.get("/docs/webhooks/nothing-here")
+    assert (moved.status_code, moved.headers["location"]) == (308, "/docs/webhooks/")
+    assert missing.status_code == 404
+    assert missing.json["ok"] is False
+
+
 def test_the_policy_allows_no_script_and_no_other_origin():
     """The CSP denies by default, names no script source and allows only this origin and inline data images."""
     directives = dict(part.strip().split(" ", 1) for part in CONTENT_SECURITY_POLICY.split(";"))
