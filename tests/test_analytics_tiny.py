@@ -1,12 +1,13 @@
 """Notebooks 03 and 04 on a tiny database: the figures hold for a day of data, one batch and a recovered partner.
 
-The database is a real SQLite file made from the service schema: three registrations on one day;
+The database is migrated by the service, as a SQLite file and on PostgreSQL: three registrations on one day;
 a partner that received one batch of three events; a partner whose endpoint failed every attempt
 last week and has answered every one in the past day.
 """
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,11 @@ import nbformat
 import pandas as pd
 import pytest
 from nbclient import NotebookClient
-from sqlalchemy import create_engine, insert
+from sqlalchemy import Connection, insert
 
 from analytics import charts, deliveries, load, waitlist
 from service.db import tables
+from service.db.engine import create_engine as create_async_engine
 
 ROOT = Path(__file__).resolve().parents[1]
 NOW = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
@@ -106,8 +108,16 @@ def _attempt(
     }
 
 
-def build_tiny_database(path: Path) -> Path:
-    """The tiny database of this module's docstring, as a SQLite file."""
+def fill_tiny(conn: Connection, events: list[Any], log: list[Any], attempts: list[Any]) -> None:
+    conn.execute(insert(tables.registrations), _registrations())
+    conn.execute(insert(tables.partners), [_partner(BATCHER, "Batcher"), _partner(RECOVERED, "Recovered")])
+    conn.execute(insert(tables.events), events)
+    conn.execute(insert(tables.deliveries), log)
+    conn.execute(insert(tables.delivery_attempts), attempts)
+
+
+def tiny_rows() -> tuple[list[Any], list[Any], list[Any]]:
+    """Events, deliveries and attempts of the tiny database."""
     batch_at = NOW - timedelta(hours=2)
     events = [_event(n, "room.trending", batch_at) for n in range(3)]
     log = [_delivery(f"dlv_m{n}", f"evt_{n}", BATCHER, batch_at, batch_id="dlv_batch") for n in range(3)]
@@ -130,26 +140,26 @@ def build_tiny_database(path: Path) -> Path:
                 True,
             )
         )
-    engine = create_engine(f"sqlite:///{path}")
-    with engine.begin() as conn:
-        tables.metadata.create_all(conn)
-        conn.execute(insert(tables.registrations), _registrations())
-        conn.execute(
-            insert(tables.partners), [_partner(BATCHER, "Batcher"), _partner(RECOVERED, "Recovered")]
-        )
-        conn.execute(insert(tables.events), events)
-        conn.execute(insert(tables.deliveries), log)
-        conn.execute(insert(tables.delivery_attempts), attempts)
-    engine.dispose()
-    return path
+    return events, log, attempts
 
 
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_database(tmp_path_factory.mktemp("tiny") / "service.db")
+@pytest.fixture
+def tiny(database_url: str) -> str:
+    """The tiny database, on a migrated SQLite file and on this run's PostgreSQL database."""
+
+    async def fill() -> None:
+        engine = create_async_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(lambda sync: fill_tiny(sync, *tiny_rows()))
+        finally:
+            await engine.dispose()
+
+    asyncio.new_event_loop().run_until_complete(fill())
+    return database_url
 
 
-def test_a_day_of_registrations_is_a_day_wide_from_zero(tiny: Path) -> None:
+def test_a_day_of_registrations_is_a_day_wide_from_zero(tiny: str) -> None:
     """Three registrations on one day: one daily row of three, an axis one day wide, counts from zero."""
     registrations = load.load_registrations(tiny)
     over_time = waitlist.registrations_over_time(registrations)
@@ -166,7 +176,7 @@ def test_a_day_of_registrations_is_a_day_wide_from_zero(tiny: Path) -> None:
     assert waitlist.top_projects(registrations).to_dict("list") == {"project": ["MoonFrog"], "count": [3]}
 
 
-def test_a_batch_counts_three_events_in_one_request(tiny: Path) -> None:
+def test_a_batch_counts_three_events_in_one_request(tiny: str) -> None:
     """The batch partner: 3 events, delivered, in 1 request that is a batch; states count events."""
     log = deliveries.with_batches(load.load_deliveries(tiny), load.load_delivery_batches(tiny))
     table = deliveries.events_and_requests(log).set_index("partner_name")
@@ -188,7 +198,7 @@ def test_a_batch_counts_three_events_in_one_request(tiny: Path) -> None:
     assert (states.loc["Batcher", "delivered"], states.loc["Batcher", "total"]) == (3, 3)
 
 
-def test_a_recovered_partner_is_judged_by_the_recent_window(tiny: Path) -> None:
+def test_a_recovered_partner_is_judged_by_the_recent_window(tiny: str) -> None:
     """Failing last week, healthy the past day: 100% over 24 h, 62.5% over 7 days and history; not on the action list."""
     partners, attempts = load.load_partners(tiny), load.load_attempts(tiny)
     log = deliveries.with_batches(load.load_deliveries(tiny), load.load_delivery_batches(tiny))
@@ -222,7 +232,7 @@ def test_the_notebook_runs_on_the_tiny_database(tiny: Path, name: str) -> None:
     """The team's notebook, pointed at the tiny database, runs to the end without an error."""
     notebook = nbformat.read(ROOT / "notebooks" / name, as_version=4)  # type: ignore[no-untyped-call]
     [parameters] = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", ())]
-    parameters.source += f"\nSOURCE = {str(tiny)!r}"
+    parameters.source += f"\nSOURCE = {tiny!r}"
     client = NotebookClient(
         notebook,
         kernel_name="python3",
