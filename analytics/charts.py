@@ -9,11 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import matplotlib
+import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 SIZE = (7.0, 4.0)  # inches; fits a notebook column without scrolling
 NONE_LABEL = "(none)"  # a missing key, e.g. no HTTP answer, still needs a readable label
@@ -31,6 +33,7 @@ MIN_LABELLED = 0.05  # parts of a stacked bar narrower than this carry no label:
 DARK = 0.5  # a colour darker than this (mean of its RGB) takes white text
 QUALITATIVE = "tab10"  # failure reasons: one colour each, the same in every bar
 QUALITATIVE_COLOURS = 10
+MAX_TIME_TICKS = 12  # dates on a time axis, at most: more would overlap
 
 
 def inline_svg() -> None:
@@ -55,12 +58,27 @@ def intent_mix_chart(mix: pd.DataFrame) -> Figure:
 
 
 def registrations_over_time_chart(over_time: pd.DataFrame) -> Figure:
-    """One line per intent, from ``waitlist.registrations_over_time``."""
+    """One line per intent, from ``waitlist.registrations_over_time``.
+
+    The time axis spans the periods of the data and no more (half a period either side, so a
+    single day is a day wide, not years), and the counts start at zero.
+    """
     fig, ax = _figure()
+    periods = pd.DatetimeIndex(over_time["period"]).tz_convert(None)  # UTC, as matplotlib dates
+    step = periods[1] - periods[0] if len(periods) > 1 else pd.Timedelta(days=1)
     for intent in over_time.columns.drop("period"):
-        ax.plot(over_time["period"], over_time[intent], marker="o", label=str(intent))
-    ax.set(title="Registrations over time", xlabel="period (UTC)", ylabel="registrations")
-    ax.legend(title="intent")
+        ax.plot(periods, over_time[intent].to_numpy(dtype="float64"), marker="o", label=str(intent))
+    if len(periods):
+        ax.set_xlim(periods[0] - step / 2, periods[-1] + step / 2)
+        every = -(-len(periods) // MAX_TIME_TICKS)  # ceiling: every n-th period has its date
+        ax.set_xticks(periods[::every])
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
+        fig.autofmt_xdate()
+    ax.set_ylim(bottom=0)
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    unit = "week starting" if step >= pd.Timedelta(days=7) else "day"
+    ax.set(title="Registrations over time", xlabel=f"{unit} (UTC)", ylabel="registrations")
+    _legend(ax, title="intent")
     return fig
 
 

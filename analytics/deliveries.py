@@ -28,6 +28,94 @@ MIN_SUCCESS_RATE = 0.95
 STATUSES = ("pending", "delivering", "delivered", "failed", "cancelled")  # service.webhooks.states
 
 By = str | Sequence[str] | None
+# The recent windows verdicts are read over, beside all of history: a partner that failed last
+# week and has been healthy since is judged by how it is doing now.
+RECENT_WINDOWS: tuple[tuple[str, pd.Timedelta], ...] = (
+    ("last 24 h", pd.Timedelta(hours=24)),
+    ("last 7 days", pd.Timedelta(days=7)),
+)
+ALL_HISTORY = "all history"
+
+
+def with_batches(deliveries: pd.DataFrame, batches: pd.DataFrame) -> pd.DataFrame:
+    """``deliveries`` (``load_deliveries``) with ``batch_id`` and ``is_batch`` from
+    ``load_delivery_batches``; a delivery it does not list is an event sent alone."""
+    out = deliveries.merge(batches, on="id", how="left")
+    out["is_batch"] = out["is_batch"].astype("boolean").fillna(False).astype("bool")
+    return out
+
+
+def events_only(deliveries: pd.DataFrame) -> pd.DataFrame:
+    """One row per event delivered to a partner: batch requests left out, their members kept."""
+    if "is_batch" not in deliveries.columns:
+        return deliveries
+    return deliveries[~deliveries["is_batch"]]
+
+
+def requests_only(deliveries: pd.DataFrame) -> pd.DataFrame:
+    """One row per signed request: events sent alone and batch requests; batch members left out
+    (their batch's attempts are theirs)."""
+    if "batch_id" not in deliveries.columns:
+        return deliveries
+    return deliveries[deliveries["batch_id"].isna()]
+
+
+def events_and_requests(deliveries: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
+    """Columns ``*by, events, events_delivered, requests, batch_requests, requests_delivered``.
+
+    An event is one event for one partner; a request is one signed POST: an event sent alone, or a
+    batch carrying several events. Counting both as "deliveries" would count a batched event twice.
+    Takes ``with_batches(load_deliveries(), load_delivery_batches())``.
+    """
+    if "is_batch" not in deliveries.columns:
+        raise ValueError("events and requests are told apart by with_batches (batch_id, is_batch)")
+    keys = _keys(by)
+    delivered = deliveries["status"].eq(DELIVERED)
+    is_event = ~deliveries["is_batch"]
+    is_request = deliveries["batch_id"].isna()
+    counted = {
+        "events": is_event,
+        "events_delivered": is_event & delivered,
+        "requests": is_request,
+        "batch_requests": deliveries["is_batch"] & is_request,
+        "requests_delivered": is_request & delivered,
+    }
+    sums = _groups(deliveries.assign(**counted), keys)[list(counted)].sum()
+    return sums.astype("int64").reset_index(drop=not keys)
+
+
+def success_over_windows(
+    attempts: pd.DataFrame,
+    now: pd.Timestamp,
+    by: By = "partner_name",
+    windows: Sequence[tuple[str, pd.Timedelta]] = RECENT_WINDOWS,
+) -> pd.DataFrame:
+    """Columns ``*by``, then for each window (ending at ``now``) and for all history
+    ``<window> attempts`` and ``<window> rate``: the attempt success rate over that window, NaN
+    where the group made no attempt in it. Groups with any attempt at all have a row."""
+    keys = _keys(by)
+    whole = success_rate(attempts, by=keys or None)
+    out = whole[keys].copy() if keys else pd.DataFrame(index=[0])
+    for label, length in [*windows, (ALL_HISTORY, None)]:
+        inside = attempts if length is None else attempts[attempts["started_at"].gt(now - length)]
+        inside = inside[inside["started_at"].le(now)] if length is not None else inside
+        rates = success_rate(inside, by=keys or None)
+        if keys:
+            rates = whole[keys].merge(rates, on=keys, how="left")
+        elif rates.empty:
+            rates = pd.DataFrame({"attempts": [0], "success_rate": [np.nan]})
+        out[f"{label} attempts"] = rates["attempts"].fillna(0).astype("int64").to_numpy()
+        out[f"{label} rate"] = rates["success_rate"].astype("float64").to_numpy()
+    return out.reset_index(drop=True)
+
+
+def data_now(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> pd.Timestamp:
+    """The newest moment the log records: where the recent windows of a log end."""
+    moments = [deliveries["created_at"].max(), attempts["started_at"].max()]
+    known = [moment for moment in moments if not pd.isna(moment)]
+    if not known:
+        raise ValueError("an empty log has no time")
+    return max(known)
 
 
 def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
@@ -258,8 +346,15 @@ def action_items(
     deliveries: pd.DataFrame,
     attempts: pd.DataFrame,
     min_success_rate: float = MIN_SUCCESS_RATE,
+    *,
+    now: pd.Timestamp | None = None,
+    window: tuple[str, pd.Timedelta] = RECENT_WINDOWS[0],
 ) -> pd.DataFrame:
     """Columns ``partner_name, issue, count, detail, command``: one row per partner and issue.
+
+    With ``now``, ``unreliable`` is judged over ``window`` (the last 24 hours by default) ending at
+    ``now``: a partner that failed last week and has answered since is not on the list, and one
+    with no attempt in the window has nothing to judge. Without it, over all of history.
 
     Issues, in the order to handle them: ``paused`` (the partner answered 410 Gone, or an admin
     paused it; ``count`` deliveries wait for a resume), ``failed`` (``count`` deliveries spent their
@@ -288,7 +383,7 @@ def action_items(
                 "resume once the partner says the endpoint is back",
                 f"{CLI} resume {partner.id}",
             )
-        failed = mine[mine["status"].eq(FAILED)]
+        failed = requests_only(mine)[requests_only(mine)["status"].eq(FAILED)]
         if len(failed):
             last = tried[tried["delivery_id"].isin(failed["id"])].groupby("delivery_id").tail(1)
             add(
@@ -297,14 +392,19 @@ def action_items(
                 f"retry schedule spent; last errors: {_tally(last['error_class'])}",
                 f"{CLI} retry {partner.id}",
             )
-        if len(tried) and partner.status != PAUSED:  # a paused partner's first step is its resume
-            [rate] = success_rate(tried, by=None).itertuples()
+        judged, over = tried, ""
+        if now is not None:
+            label, length = window
+            judged = tried[tried["started_at"].gt(now - length) & tried["started_at"].le(now)]
+            over = f" over the {label}"
+        if len(judged) and partner.status != PAUSED:  # a paused partner's first step is its resume
+            [rate] = success_rate(judged, by=None).itertuples()
             if rate.success_rate < min_success_rate:
                 add(
                     UNRELIABLE,
                     rate.attempts - rate.succeeded,
-                    f"{SUCCESS_RATE} {rate.success_rate:.0%}, below {min_success_rate:.0%}; errors: "
-                    f"{_tally(tried.loc[tried['outcome'].ne(DELIVERED), 'error_class'])}",
+                    f"{SUCCESS_RATE}{over} {rate.success_rate:.0%}, below {min_success_rate:.0%}; "
+                    f"errors: {_tally(judged.loc[judged['outcome'].ne(DELIVERED), 'error_class'])}",
                     f"{CLI} test {partner.id}",
                 )
     order = {PAUSED: 0, FAILED: 1, UNRELIABLE: 2}

@@ -44,6 +44,17 @@ class SignedRequest:
         return "\n".join(lines) + "\n\n" + self.body.decode("utf-8")
 
 
+# pandas cuts long cells with "..." (display.max_colwidth, 50 characters) and long tables at 60 rows;
+# a reference page must show every word of every field.
+FULL_TABLES = {"display.max_colwidth": None, "display.max_rows": None, "display.max_columns": None}
+
+
+def display_in_full() -> None:
+    """Let every table the notebook shows print whole: no cell, row or column cut."""
+    for option, value in FULL_TABLES.items():
+        pd.set_option(option, value)
+
+
 def model(kind: str) -> type[EventPayload]:
     try:
         return EVENT_MODELS[kind]

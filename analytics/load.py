@@ -61,6 +61,9 @@ DELIVERY_COLUMNS: dict[str, str] = {
     "delivered_at": UTC_TIME,
     "occurred_at": UTC_TIME,
 }
+# Which deliveries are batches: a batch is one request carrying several events, each of which has
+# its own delivery row pointing to it (``batch_id``).
+BATCH_COLUMNS: dict[str, str] = {"id": "str", "batch_id": "str", "is_batch": "bool"}
 PARTNER_COLUMNS: dict[str, str] = {
     "id": "str",
     "name": "str",
@@ -152,6 +155,22 @@ def load_deliveries(source: Source = None) -> pd.DataFrame:
 
     def convert(frame: pd.DataFrame) -> pd.DataFrame:
         return _typed(frame, DELIVERY_COLUMNS)
+
+    return _fetch(database_url(source), stmt, convert)
+
+
+def load_delivery_batches(source: Source = None) -> pd.DataFrame:
+    """One row per delivery: ``batch_id`` (the batch an event went in, else NA) and ``is_batch``
+    (the row is a batch request itself, whose members are events). ``deliveries.with_batches``
+    joins it to ``load_deliveries``."""
+    d = tables.deliveries
+    stmt = select(d.c.id, d.c.batch_id, d.c.body.is_not(None).label("is_batch")).order_by(
+        d.c.created_at, d.c.id
+    )
+
+    def convert(frame: pd.DataFrame) -> pd.DataFrame:
+        frame["is_batch"] = frame["is_batch"].map(bool)
+        return _typed(frame, BATCH_COLUMNS)
 
     return _fetch(database_url(source), stmt, convert)
 

@@ -5,7 +5,8 @@ what the service stores). The demo database is made afresh first (``python -m se
 --force``, in a child process: this package reads data, it never starts the service), so the
 outputs come from exactly what a clean checkout generates; then each notebook runs top to bottom in
 a new kernel, from its own folder, and its outputs are written back. Strict nbval (``make test``)
-then holds every later run to them.
+then holds every later run to them. Last, the partner pages are rendered from the notebooks into
+the service package (``analytics.pages``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+
+from analytics.pages import write_pages
 
 DEMO_COMMAND = ("-m", "service.demo", "--force")  # writes var/demo.db and says how long it took
 KERNEL = "python3"  # the kernel `make test` gives nbval (--nbval-kernel-name)
@@ -68,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         began = time.perf_counter()
         render(path)
         print(f"{path}: {time.perf_counter() - began:.1f} s")
+    for page in write_pages():
+        print(f"{page}: rendered")
     return 0
 
 

@@ -15,6 +15,17 @@ INTENTS = tuple(sorted(ACCEPTED_INTENTS))
 DECIMALS = 4  # enough to tell shares apart, few enough that notebook output never jitters
 # Masked addresses collide ("a***@example.com"), so identity needs one of these, best first.
 IDENTITY_COLUMNS = ("email_hash", "email_key")
+# Up to two months, one point a day still reads as a line; a longer span is read in weeks.
+DAILY_SPAN = pd.Timedelta(days=62)
+DAY, WEEK = "D", "W"
+WEEK_DAYS = 7  # weeks start on Monday (ISO 8601) and are labelled by it, UTC
+
+
+def time_step(created_at: pd.Series) -> str:
+    """``"D"`` (days) for data spanning up to ``DAILY_SPAN``, ``"W"`` (weeks) beyond."""
+    if created_at.empty or created_at.max() - created_at.min() <= DAILY_SPAN:
+        return DAY
+    return WEEK
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,16 +46,26 @@ def intent_mix(df: pd.DataFrame) -> pd.DataFrame:
     ).astype({"intent": "str"})
 
 
-def registrations_over_time(df: pd.DataFrame, freq: str = "D") -> pd.DataFrame:
+def registrations_over_time(df: pd.DataFrame, freq: str | None = None) -> pd.DataFrame:
     """Columns ``period`` then one count column per intent, every period in range, zeros filled.
 
-    ``period`` labels follow pandas resampling: ``"D"`` the day, ``"MS"`` the month's first day,
-    ``"W"`` the Sunday that ends the week.
+    Each ``period`` is labelled by its start: ``"D"`` the day, ``"W"`` the Monday the week starts
+    on (UTC), ``"MS"`` the month's first day. Without ``freq``, ``time_step`` picks days or weeks
+    from the span of the data, so a day of data is one row, not a week's.
     """
+    step = freq or time_step(df["created_at"])
     intents = _intents(df)
     onehot = pd.get_dummies(df["intent"]).reindex(columns=intents, fill_value=False)
     onehot = onehot.astype("int64").set_axis(pd.DatetimeIndex(df["created_at"]), axis="index")
-    counts = onehot.resample(freq).sum()
+    if step == WEEK:
+        index = onehot.index
+        starts = index.normalize() - pd.to_timedelta(index.day_of_week, unit="D")
+        counts = onehot.groupby(starts).sum()
+        if len(counts):
+            every = pd.date_range(counts.index.min(), counts.index.max(), freq=f"{WEEK_DAYS}D")
+            counts = counts.reindex(every, fill_value=0)
+    else:
+        counts = onehot.resample(step).sum()
     counts.index.name = "period"
     counts.columns.name = None
     return counts.reset_index()
@@ -82,18 +103,30 @@ def top_projects(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     """Columns ``project, count``: the ``n`` most named projects, most first, ties alphabetical.
 
     Names are compared trimmed, with inner whitespace collapsed and case folded, so "Moon  DAO"
-    and "moon dao" count as one; blank names are not projects.
+    and "moon dao" count as one; blank names are not projects. Each is shown as registrants wrote
+    it: its most common spelling (spaces tidied), the first in sort order among equally common ones.
     """
     if n < 0:
         raise ValueError("n must be zero or more")
     # Count the raw spellings first (one hash pass), then normalise only the distinct ones.
     raw = df["project"].value_counts(dropna=True)
-    names = raw.index.map(lambda name: " ".join(str(name).split()).casefold())
-    counts = raw.groupby(names.to_numpy(dtype="object"), sort=False).sum()
-    counts = counts[counts.index != ""]
-    out = pd.DataFrame({"project": counts.index.astype("str"), "count": counts.to_numpy(dtype="int64")})
-    out = out.sort_values(["count", "project"], ascending=[False, True], kind="stable")
-    return out.head(n).reset_index(drop=True)
+    spelled = raw.index.map(lambda name: " ".join(str(name).split()))
+    spellings = raw.groupby(spelled.to_numpy(dtype="object"), sort=False).sum()
+    spellings = spellings[spellings.index != ""]
+    table = pd.DataFrame(
+        {"spelling": spellings.index.astype("str"), "count": spellings.to_numpy(dtype="int64")}
+    )
+    table["key"] = table["spelling"].str.casefold()
+    table = table.sort_values(["key", "count", "spelling"], ascending=[True, False, True], kind="stable")
+    grouped = table.groupby("key", sort=False)
+    out = pd.DataFrame(
+        {
+            "project": grouped["spelling"].first().astype("str"),
+            "count": grouped["count"].sum().astype("int64"),
+        }
+    ).reset_index()
+    out = out.sort_values(["count", "key"], ascending=[False, True], kind="stable")
+    return out[["project", "count"]].head(n).reset_index(drop=True)
 
 
 def message_lengths(df: pd.DataFrame) -> MessageLengths:

@@ -18,6 +18,7 @@ from service.events import (
     payload_fields,
     payload_json_schema,
 )
+from service.partner_docs import VERIFYING_SIGNATURES, page_url
 from service.settings import Settings
 from service.webhooks.batching import (
     BATCHABLE,
@@ -213,6 +214,14 @@ def public_api(base_url: str) -> str:
     return base_url.rstrip("/") + "/api/v1"
 
 
+def signature(base_url: str) -> dict[str, object]:
+    """The ``signature`` member: both schemes, linking the test vectors and the verification page."""
+    return signature_description(
+        test_vectors_url=f"{public_api(base_url)}/webhooks/test-vectors",
+        guide_url=page_url(base_url, VERIFYING_SIGNATURES),
+    )
+
+
 def schema_url(base_url: str, event_id: str) -> str:
     return f"{public_api(base_url)}/webhooks/events/{event_id}"
 
@@ -244,7 +253,7 @@ def catalog_document(base_url: str) -> dict[str, Any]:
         "events": [event_entry(base_url, model) for model in EVENT_MODELS.values()],
         "rateLimits": dict(RATE_LIMITS),
         "safetyBoundaries": list(SAFETY_BOUNDARIES),
-        "signature": signature_description(),
+        "signature": signature(base_url),
         "subscriptionModel": _subscription_model(),
         "testEvent": webhook_test_entry(),
         "batchDelivery": batch_delivery_entry(),
@@ -261,5 +270,5 @@ def event_document(base_url: str, event_id: str) -> dict[str, Any] | None:
         "schemaVersion": SCHEMA_VERSION,
         "publicApi": public_api(base_url),
         "event": event_entry(base_url, model),
-        "signature": signature_description(),
+        "signature": signature(base_url),
     }

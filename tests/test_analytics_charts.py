@@ -6,6 +6,7 @@ from collections.abc import Callable
 from io import BytesIO
 
 import matplotlib
+import matplotlib.dates as mdates
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
-from analytics import charts
+from analytics import charts, waitlist
 
 matplotlib.use("Agg")  # no display in tests; figures are rendered off-screen
 
@@ -234,3 +235,20 @@ def test_charts_of_nothing_are_empty(draw: Callable[[], Figure]) -> None:
     assert render_png(fig).startswith(b"\x89PNG")
     areas = [bar.get_height() * bar.get_width() for bar in bars(only_axes(fig))]
     assert sum(areas) == 0.0
+
+
+@pytest.mark.parametrize(("days", "step"), [(1, "D"), (3, "D"), (200, "W")])
+def test_the_time_axis_fits_the_data_and_counts_start_at_zero(days: int, step: str) -> None:
+    """The x axis spans the data's periods plus half a period each side; the y axis starts at 0."""
+    start = pd.Timestamp("2026-06-29T10:00", tz="UTC")
+    created = [start + pd.Timedelta(days=day) for day in range(days)] if days > 1 else [start] * 3
+    frame = pd.DataFrame({"intent": ["claim"] * len(created), "created_at": pd.Series(created)})
+    over_time = waitlist.registrations_over_time(frame)
+    assert waitlist.time_step(frame["created_at"]) == step
+    ax = only_axes(charts.registrations_over_time_chart(over_time))
+    left, right = (mdates.num2date(limit) for limit in ax.get_xlim())
+    width = pd.Timedelta(days=1 if step == "D" else 7)
+    first, last = over_time["period"].iloc[0], over_time["period"].iloc[-1]
+    assert (left, right) == (first - width / 2, last + width / 2)
+    assert ax.get_ylim()[0] == 0
+    assert ax.get_xlabel() == ("day (UTC)" if step == "D" else "week starting (UTC)")

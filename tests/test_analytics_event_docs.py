@@ -98,3 +98,16 @@ def test_the_signed_batch_is_the_batch_vector_and_verifies() -> None:
     parts = event_docs.batch_section()
     assert "`room.trending`, `room.arcade.high_score`, `room.artwork.vote_milestone`" in parts[0]
     assert parts[-1].endswith(request.body.decode() + "\n```")
+
+
+def test_display_in_full_shows_every_table_cell_whole() -> None:
+    """After display_in_full(), the notebook's tables print whole: no cell cut with "..."."""
+    with pd.option_context("display.max_colwidth", 50, "display.max_rows", 60):
+        cut = event_docs.fields("room.claimed")._repr_html_()
+        event_docs.display_in_full()
+        whole = event_docs.fields("room.claimed")._repr_html_()
+        overview = event_docs.overview()._repr_html_()
+    assert "..." in cut
+    assert "..." not in whole
+    assert "string (one of: official_owner, community_claimed, nft_room, unclaimed_stub)" in whole
+    assert "..." not in overview

@@ -111,14 +111,14 @@ def test_repeat_registrations_refuses_masked_emails() -> None:
 @pytest.mark.parametrize(
     ("n", "projects", "counts"),
     [
-        (10, ["moon dao", "zeta", "alpha"], [2, 2, 1]),
-        (2, ["moon dao", "zeta"], [2, 2]),
-        (1, ["moon dao"], [2]),
+        (10, ["Moon DAO", "Zeta", "alpha"], [2, 2, 1]),
+        (2, ["Moon DAO", "Zeta"], [2, 2]),
+        (1, ["Moon DAO"], [2]),
         (0, [], []),
     ],
 )
 def test_top_projects(n: int, projects: list[str], counts: list[int]) -> None:
-    """Names normalised for case and spacing, most first, ties alphabetical, blanks ignored."""
+    """Names counted alike whatever their case and spacing, shown as written, most first, ties alphabetical."""
     expected = pd.DataFrame({"project": projects, "count": counts}).astype(
         {"project": "str", "count": "int64"}
     )
@@ -166,3 +166,45 @@ def test_message_lengths_of_nothing() -> None:
     )
     assert_frame_equal(result.summary, expected)
     assert result.lengths.empty
+
+
+def test_top_projects_show_the_most_common_spelling() -> None:
+    """A project is shown as most registrants wrote it, counted with every other spelling of it."""
+    frame = pd.DataFrame({"project": ["moonfrog", "MoonFrog", "MoonFrog", " MOONFROG ", "Zeta"]})
+    expected = pd.DataFrame({"project": ["MoonFrog", "Zeta"], "count": [4, 1]}).astype({"project": "str"})
+    assert_frame_equal(waitlist.top_projects(frame), expected)
+
+
+def test_weeks_are_labelled_by_the_monday_they_start() -> None:
+    """Weekly rows start on Monday (UTC), every week in range present, a Sunday in the week it ends."""
+    result = waitlist.registrations_over_time(registrations(), freq="W")
+    expected = pd.DataFrame(
+        {"period": utc("2024-02-26", "2024-03-04"), "arcade": [1, 1], "claim": [2, 1], "member": [1, 0]}
+    )
+    assert_frame_equal(result, expected, check_freq=False)
+
+
+@pytest.mark.parametrize(
+    ("span_days", "step"), [(0, "D"), (1, "D"), (62, "D"), (63, "W"), (400, "W")]
+)
+def test_the_time_step_fits_the_span(span_days: int, step: str) -> None:
+    """Days for up to two months of data, weeks beyond: a day of data is one row of a day."""
+    created = pd.Series(utc("2024-03-01T09:00")).repeat(2).reset_index(drop=True)
+    created.iloc[1] += pd.Timedelta(days=span_days)
+    assert waitlist.time_step(created) == step
+    frame = pd.DataFrame({"intent": ["claim", "member"], "created_at": created})
+    periods = waitlist.registrations_over_time(frame)["period"]
+    assert periods.iloc[0] <= created.iloc[0] < periods.iloc[0] + pd.Timedelta(days=1 if step == "D" else 7)
+
+
+def test_one_day_of_registrations_is_one_row() -> None:
+    """Three registrations on one day: one daily row counting all three."""
+    frame = pd.DataFrame(
+        {
+            "intent": ["claim", "claim", "member"],
+            "created_at": utc("2026-06-29T09:00", "2026-06-29T12:30", "2026-06-29T23:59"),
+        }
+    )
+    result = waitlist.registrations_over_time(frame)
+    expected = pd.DataFrame({"period": utc("2026-06-29"), "arcade": [0], "claim": [2], "member": [1]})
+    assert_frame_equal(result, expected, check_freq=False)

@@ -19,6 +19,11 @@ from service.events import dump_payload, parse_event
 from service.exceptions import InvalidInput
 from service.webhooks.signing import signature_description
 
+SIGNATURE_LINKS = {
+    "test_vectors_url": "https://launchrooms.example/api/v1/webhooks/test-vectors",
+    "guide_url": "https://launchrooms.example/docs/webhooks/verifying-signatures",
+}
+
 BASE_URL = "https://launchrooms.example"
 NOW = datetime(2026, 6, 29, 12, 0, 0, tzinfo=UTC)
 
@@ -178,7 +183,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
         "publicApi": "https://launchrooms.example/api/v1",
         "publicApiVersion": "2026-06-29",
     }
-    assert CATALOG["signature"] == signature_description()
+    assert CATALOG["signature"] == signature_description(**SIGNATURE_LINKS)
     assert list(CATALOG["rateLimits"]) == ["catalogRoutes", "webhookEvents", "attribution"]
     assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry", "testDelivery", "batching"]
     strings = [
@@ -313,7 +318,7 @@ def test_event_document_wraps_the_catalog_entry(kind: str) -> None:
         "schemaVersion": "1.0",
         "publicApi": "https://launchrooms.example/api/v1",
         "event": ENTRIES[kind],
-        "signature": signature_description(),
+        "signature": signature_description(**SIGNATURE_LINKS),
     }
 
 

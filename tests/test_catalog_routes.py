@@ -29,6 +29,9 @@ def test_api_index_links_the_catalog_and_openapi(make_client):
             "waitlist": f"{BASE}/api/waitlist",
             "agentManifest": f"{BASE}/agent.json",
             "llmsTxt": f"{BASE}/llms.txt",
+            "partnerDocs": f"{BASE}/docs/webhooks/",
+            "partnerEventCatalog": f"{BASE}/docs/webhooks/event-catalog",
+            "partnerVerifyingSignatures": f"{BASE}/docs/webhooks/verifying-signatures",
         },
     }
 

@@ -47,6 +47,12 @@ MACHINE_SURFACES = [
     "/api/v1/webhooks/events",
     "/api/v1/webhooks/test-vectors",
     *(f"/api/v1/webhooks/events/{kind}" for kind in KINDS),
+    "/docs/webhooks/",
+    "/docs/webhooks/index.md",
+    "/docs/webhooks/event-catalog",
+    "/docs/webhooks/event-catalog.md",
+    "/docs/webhooks/verifying-signatures",
+    "/docs/webhooks/verifying-signatures.md",
 ]
 # Every read-only document with the media type it must be served as.
 DOCUMENTS = {
@@ -109,7 +115,7 @@ def test_llms_txt_opens_with_rooms_and_instructions(make_client):
     assert "Instructions for AI agents:" in parsed.info
     for rule in load_content().instructions:
         assert f"- {rule}" in parsed.info
-    assert list(parsed.sections) == ["Docs", "Pages", "Webhook events", "Optional"]
+    assert list(parsed.sections) == ["Docs", "Pages", "Partner documentation", "Webhook events", "Optional"]
     assert [link["url"] for link in parsed.sections["Pages"]] == [BASE + page for page in PAGES]
     assert [link["title"] for link in parsed.sections["Webhook events"]] == KINDS
 
@@ -130,6 +136,7 @@ def test_llms_full_txt_covers_rooms_authority_waitlist_events_and_signatures(mak
         "Webhook events",
         "Verifying signatures",
         "Discovery documents",
+        "Partner documentation",
     ]
     assert "It does not certify token safety, investment quality, price direction" in text
     for label in ("Unclaimed stub", "Community-maintained", "Official owner", "NFT room", "Project hub"):
@@ -241,6 +248,9 @@ def test_agent_manifest_is_served_at_both_paths(make_client):
         "sitemap": f"{BASE}/sitemap.xml",
         "agentSitemap": f"{BASE}/agent-sitemap.xml",
         "robots": f"{BASE}/robots.txt",
+        "partnerDocs": f"{BASE}/docs/webhooks/",
+        "partnerEventCatalog": f"{BASE}/docs/webhooks/event-catalog",
+        "partnerVerifyingSignatures": f"{BASE}/docs/webhooks/verifying-signatures",
     }
     assert manifest["catalog"] == f"{BASE}/api/v1/webhooks/events"
     assert manifest["openapi"] == f"{BASE}/api/v1/openapi.json"

@@ -250,7 +250,10 @@ def test_signing_refuses_empty_secrets(secrets: list[str]) -> None:
 
 def test_signature_description_states_the_scheme() -> None:
     """The catalog's signature object names the algorithm, payload, headers and tolerance."""
-    description = signature_description()
+    description = signature_description(
+        test_vectors_url="https://rooms.example/api/v1/webhooks/test-vectors",
+        guide_url="https://rooms.example/docs/webhooks/verifying-signatures",
+    )
     assert list(description) == [
         "algorithm",
         "scheme",
@@ -262,6 +265,8 @@ def test_signature_description_states_the_scheme() -> None:
         "rotation",
         "secrets",
         "standardWebhooks",
+        "testVectors",
+        "guide",
     ]
     assert (description["algorithm"], description["scheme"], description["signedPayload"]) == (
         "HMAC-SHA256",

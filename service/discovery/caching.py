@@ -75,7 +75,13 @@ class CachedDocument:
     not_modified_headers: Encoded  # sent with 304: RFC 9110 15.4.5 repeats ETag and Cache-Control
 
 
-def cached(body: bytes, media_type: str, cache_control: str = CACHE_CONTROL) -> CachedDocument:
+def cached(
+    body: bytes,
+    media_type: str,
+    cache_control: str = CACHE_CONTROL,
+    extra_headers: dict[str, str] | None = None,
+) -> CachedDocument:
+    """``body`` ready to serve; ``extra_headers`` go with 200 and HEAD (a page's CSP, say)."""
     etag = strong_etag(body)
     validators = {"ETag": etag, "Cache-Control": cache_control}
     _encode({"Content-Type": media_type})  # Sanic sends it; refused here, at render time, if unsendable
@@ -83,7 +89,7 @@ def cached(body: bytes, media_type: str, cache_control: str = CACHE_CONTROL) -> 
         body=body,
         media_type=media_type,
         etag=etag,
-        headers=_encode({**validators, "X-Content-Type-Options": "nosniff"}),
+        headers=_encode({**validators, "X-Content-Type-Options": "nosniff", **(extra_headers or {})}),
         not_modified_headers=_encode(validators),
     )
 

@@ -49,6 +49,7 @@ from service.discovery.surfaces import (
 )
 from service.errors import ServiceUnavailable
 from service.events import EVENT_MODELS
+from service.partner_docs.serve import render_pages as partner_pages
 from service.settings import Settings
 from service.webhooks.vectors import vectors_document
 
@@ -133,6 +134,7 @@ class Discovery:
     documents: dict[str, CachedDocument]
     event_documents: dict[str, CachedDocument]
     sitemap: RoomSitemap
+    partner_pages: dict[str, CachedDocument]  # /docs/webhooks/: HTML, Markdown, stylesheet
 
     def rooms_changed(self) -> None:
         """Call after storing an event: sitemap.xml re-reads the rooms on its next request."""
@@ -176,4 +178,5 @@ def build_discovery(settings: Settings, clock: Clock) -> Discovery:
         documents=render_documents(content, base_url),
         event_documents=render_event_documents(base_url),
         sitemap=RoomSitemap(lambda rooms: sitemap_xml(content, base_url, rooms), clock),
+        partner_pages=partner_pages(base_url),
     )

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from service.bodies import MAX_BODY_BYTES
 from service.catalog import DELIVERY_MODEL, batch_delivery_entry, public_api
+from service.catalog import signature as signature_object
 from service.discovery.content import Content
 from service.discovery.surfaces import (
     AGENT_JSON,
@@ -34,8 +35,8 @@ from service.discovery.surfaces import (
     url,
 )
 from service.events import EVENT_MODELS, dedupe_composition, example_payload, payload_fields
+from service.partner_docs import PAGES, VERIFYING_SIGNATURES, page_url
 from service.waitlist import WaitlistRequest, WaitlistResponse
-from service.webhooks.signing import signature_description
 
 INSTRUCTIONS_HEADING = "Instructions for AI agents"
 
@@ -71,6 +72,14 @@ def llms_index(content: Content, base_url: str) -> LlmsIndex:
     events = [
         Link(kind, schema, EVENT_MODELS[kind].SUMMARY) for kind, schema in event_schema_urls(base_url).items()
     ]
+    partner = [
+        Link(
+            page.title,
+            page_url(base_url, page, markdown=True),
+            f"{page.notes} HTML: {page_url(base_url, page)}",
+        )
+        for page in PAGES
+    ]
     optional = [
         Link(surface.title, url(base_url, surface.path), surface.notes)
         for surface in (WELL_KNOWN_AGENT_JSON, SITEMAP, AGENT_SITEMAP, ROBOTS)
@@ -82,6 +91,7 @@ def llms_index(content: Content, base_url: str) -> LlmsIndex:
         sections={
             "Docs": docs,
             "Pages": pages,
+            "Partner documentation": partner,
             "Webhook events": events,
             "Optional": optional,  # llmstxt.org: links an agent may skip for a shorter context
         },
@@ -315,7 +325,7 @@ def _standard_webhooks_block(standard: dict[str, Any]) -> str:
 
 
 def _signature_section(base_url: str) -> str:
-    signature = signature_description()
+    signature = signature_object(base_url)
     headers = signature.get("headers")
     header_rows = (
         "\n".join(f"- `{name}`: {meaning}" for name, meaning in headers.items())
@@ -339,6 +349,9 @@ def _signature_section(base_url: str) -> str:
             "Headers on every delivery:",
             header_rows,
             f"Test vectors for any verifier, with the verdict in each scheme: {vectors}",
+            "The whole guide, with a Python and a Node.js verifier to copy: "
+            f"{page_url(base_url, VERIFYING_SIGNATURES)} (Markdown: "
+            f"{page_url(base_url, VERIFYING_SIGNATURES, markdown=True)})",
             "`x-service-signature` in Python, with the standard library only:",
             "```python\n" + VERIFY_SNIPPET + "\n```",
             _standard_webhooks_block(standard if isinstance(standard, dict) else {}),
@@ -351,7 +364,15 @@ def _documents_section(base_url: str) -> str:
     items = "\n".join(
         f"- [{surface.title}]({url(base_url, surface.path)}): {surface.notes}" for surface in surfaces
     )
-    return f"## Discovery documents\n\nPublic API: {public_api(base_url)}\n\n{items}"
+    pages = "\n".join(
+        f"- [{page.title}]({page_url(base_url, page)}) "
+        f"(Markdown: {page_url(base_url, page, markdown=True)}): {page.notes}"
+        for page in PAGES
+    )
+    return (
+        f"## Discovery documents\n\nPublic API: {public_api(base_url)}\n\n{items}\n\n"
+        f"## Partner documentation\n\n{pages}"
+    )
 
 
 def llms_full_txt(content: Content, base_url: str) -> bytes:

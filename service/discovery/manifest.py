@@ -26,6 +26,7 @@ from service.discovery.surfaces import (
     TEST_VECTORS,
     WAITLIST_PATH,
     event_schema_urls,
+    partner_page_links,
     url,
 )
 from service.waitlist import WaitlistRequest
@@ -53,7 +54,10 @@ def agent_manifest(content: Content, base_url: str) -> AgentManifest:
         baseUrl=base_url,
         publicApi=public_api(base_url),
         publicApiVersion=PUBLIC_API_VERSION,
-        documents={surface.key: url(base_url, surface.path) for surface in DOCUMENTS},
+        documents={
+            **{surface.key: url(base_url, surface.path) for surface in DOCUMENTS},
+            **partner_page_links(base_url),
+        },
         catalog=url(base_url, CATALOG.path),
         openapi=url(base_url, OPENAPI.path),
         eventSchemas=event_schema_urls(base_url),
@@ -85,6 +89,7 @@ def api_index(base_url: str) -> ApiIndex:
             "waitlist": url(base_url, WAITLIST_PATH),
             "agentManifest": url(base_url, AGENT_JSON.path),
             "llmsTxt": url(base_url, LLMS_TXT.path),
+            **partner_page_links(base_url),
         },
     )
 

@@ -14,6 +14,7 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from service.bodies import MAX_BODY_BYTES
 from service.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION
+from service.catalog import signature as signature_object
 from service.discovery.content import Content
 from service.discovery.room import PublicRoom
 from service.discovery.schemas import (
@@ -44,7 +45,6 @@ from service.discovery.surfaces import (
 )
 from service.events import EVENT_MODELS
 from service.waitlist import WaitlistRequest, WaitlistResponse
-from service.webhooks.signing import signature_description
 from service.webhooks.vectors import WebhookVectors
 
 OPENAPI_VERSION = "3.1.0"
@@ -218,8 +218,8 @@ def _probe(operation_id: str, summary: str) -> dict[str, Any]:
     }
 
 
-def _webhooks(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    signature = signature_description()
+def _webhooks(refs: dict[str, dict[str, Any]], base_url: str) -> dict[str, Any]:
+    signature = signature_object(base_url)
     headers = signature.get("headers")
     header_docs = headers if isinstance(headers, dict) else {}
     parameters = [
@@ -270,7 +270,7 @@ def openapi_document(content: Content, base_url: str) -> dict[str, Any]:
             {"name": "health", "description": "Liveness and readiness probes."},
         ],
         "paths": _paths(refs),
-        "webhooks": _webhooks(refs),
+        "webhooks": _webhooks(refs, base_url),
         "components": {
             "schemas": schemas,
             "headers": {

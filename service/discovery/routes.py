@@ -1,4 +1,4 @@
-"""The read-only routes: discovery documents, ``/api/v1``, the catalog and its event documents.
+"""The read-only routes: discovery documents, ``/api/v1``, the catalog, its event documents, partner pages.
 
 Each handler holds its rendered document, so a request is a header compare and a response built
 from precomputed bytes and headers. Every route answers GET and HEAD.
@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from sanic import Blueprint, HTTPResponse, Request
+from sanic import Blueprint, HTTPResponse, Request, redirect
 
 from service.discovery.caching import CachedDocument, respond
 from service.discovery.documents import Discovery
 from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP
 from service.errors import NotFound
+from service.partner_docs import ROOT as PARTNER_ROOT
 
 Handler = Callable[..., Coroutine[Any, Any, HTTPResponse]]
 READ = ("GET", "HEAD")
@@ -46,6 +47,15 @@ def create_blueprint(discovery: Discovery) -> Blueprint:
             raise NotFound("No event kind with this id is in the catalog.")
         return respond(request, document)
 
+    for number, (path, document) in enumerate(discovery.partner_pages.items()):
+        bp.add_route(_serve(document), path, methods=READ, name=f"partnerPage{number}", strict_slashes=True)
+
+    async def partner_index(request: Request) -> HTTPResponse:
+        # The index is a folder: its address ends with a slash, so relative links resolve inside it.
+        return redirect(PARTNER_ROOT, status=308)
+
+    bare = PARTNER_ROOT.rstrip("/")
+    bp.add_route(partner_index, bare, methods=READ, name="partnerIndex", strict_slashes=True)
     bp.add_route(sitemap, SITEMAP.path, methods=READ, name=SITEMAP.key)
     bp.add_route(event_schema, EVENT_SCHEMA_ROUTE, methods=READ, name="webhookEventSchema")
     return bp

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from service.catalog import schema_url
 from service.events import EVENT_MODELS
+from service.partner_docs import PAGES, page_url
 
 TEXT = "text/plain; charset=utf-8"
 JSON = "application/json; charset=utf-8"
@@ -107,4 +108,14 @@ def machine_surfaces(base_url: str) -> list[str]:
         if surface not in (SITEMAP, AGENT_SITEMAP, ROBOTS)
     ]
     api = [url(base_url, surface.path) for surface in API_DOCUMENTS]
-    return root + api + list(event_schema_urls(base_url).values())
+    return root + api + list(event_schema_urls(base_url).values()) + partner_page_urls(base_url)
+
+
+def partner_page_urls(base_url: str) -> list[str]:
+    """Each partner page, as HTML and as Markdown."""
+    return [page_url(base_url, page, markdown=markdown) for page in PAGES for markdown in (False, True)]
+
+
+def partner_page_links(base_url: str) -> dict[str, str]:
+    """Member name -> partner page (HTML; its Markdown twin is the same URL plus ``.md``)."""
+    return {page.key: page_url(base_url, page) for page in PAGES}

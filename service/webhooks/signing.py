@@ -305,8 +305,12 @@ STANDARD_LIBRARIES = {
 }
 
 
-def signature_description() -> dict[str, object]:
-    """The ``signature`` member of the catalog documents: both schemes, and how secrets key them."""
+def signature_description(*, test_vectors_url: str, guide_url: str) -> dict[str, object]:
+    """The ``signature`` member of the catalog documents: both schemes, and how secrets key them.
+
+    ``test_vectors_url`` and ``guide_url`` are absolute: the published test vectors and the
+    partner page on verifying signatures.
+    """
     return {
         "algorithm": "HMAC-SHA256",
         "scheme": SCHEME,
@@ -344,7 +348,7 @@ def signature_description() -> dict[str, object]:
             "then check the timestamp and process eventId idempotently. x-service-signature does "
             "not sign the event and delivery headers (webhook-signature signs the delivery id): "
             "trust the event member of the signed body. Test vectors to check a verifier against: "
-            "{publicApi}/webhooks/test-vectors."
+            f"{test_vectors_url}. Code to copy, in Python and Node.js: {guide_url}."
         ),
         "rotation": (
             "Secrets are issued at partner onboarding and rotated through admin controls. After a "
@@ -371,4 +375,6 @@ def signature_description() -> dict[str, object]:
             ),
             "libraries": dict(STANDARD_LIBRARIES),
         },
+        "testVectors": test_vectors_url,
+        "guide": guide_url,
     }
