@@ -9,17 +9,18 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 from sanic import Sanic
 from sanic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import admin, collector, cors, health, logs, waitlist
+from service import admin, collector, cors, health, logs, shutdown, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.clock import Clock, utc_now
 from service.db.batch import BatchWriter
-from service.db.engine import create_engine
+from service.db.engine import Probe, create_engine
 from service.db.registrations import Registration
 from service.db.writer import RegistrationWriter, refused_rows, registration_writer
 from service.discovery import routes as discovery_routes
@@ -29,6 +30,7 @@ from service.ids import IdSource, new_id
 from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
+from service.readiness import Readiness
 from service.settings import Settings
 from service.webhooks import admin as webhook_admin
 from service.webhooks import runtime
@@ -37,7 +39,9 @@ from service.webhooks.partners import seal_plaintext
 from service.webhooks.ssrf import Resolve, system_resolve
 
 App = Sanic[Config, "Context"]
+Flush = Callable[[list[Registration]], Awaitable[Sequence[None] | None]]
 log = logging.getLogger(__name__)
+GRACEFUL_SHUTDOWN_S = 5.0
 _names = itertools.count()
 
 
@@ -51,6 +55,8 @@ class Context:
     ids: IdSource = new_id  # for the ids the admin API makes (partners)
     metrics: Metrics = field(default_factory=Metrics)
     engine: AsyncEngine = field(init=False)
+    probe: Probe = field(init=False)  # SELECT 1 within the readiness bound
+    readiness: Readiness = field(default_factory=Readiness)  # the writer's last commits
     keyring: Keyring = field(init=False)  # seals and opens partner secrets (service.keyring)
     limiter: RateLimiter = field(init=False)
     admin_attempts: admin.FailedAttempts = field(init=False)  # failed admin tokens per client
@@ -72,6 +78,7 @@ def create_app(
     structured_logs: bool = False,
     tune_collector: bool = False,
     ids: IdSource = new_id,
+    shutdown_deadline: float | None = None,
 ) -> App:
     """The app; ``run_worker`` also delivers webhooks from this process (``serve`` sets it).
 
@@ -79,6 +86,8 @@ def create_app(
     sets the garbage collector for a long-running server once it has started (``service.collector``);
     ``serve`` sets both, tests neither (pytest's own log capture, the interpreter's defaults).
     ``ids`` makes the partner ids the admin API hands out (``SeededIds`` for reproducible demo data).
+    ``shutdown_deadline`` (seconds; ``serve`` sets it) ends the process that long after a stop
+    begins, however the stop is going (``service.shutdown``).
     """
     if structured_logs:
         logs.configure()
@@ -87,6 +96,9 @@ def create_app(
     config.ACCESS_LOG = False
     config.FALLBACK_ERROR_FORMAT = "json"
     config.MOTD = False
+    # Connections still open when a stop begins get this long; with the worker's grace for attempts
+    # in flight it fits inside the shutdown deadline (service.shutdown).
+    config.GRACEFUL_SHUTDOWN_TIMEOUT = GRACEFUL_SHUTDOWN_S
     # Sanic's proxy settings (SANIC_PROXIES_COUNT, SANIC_REAL_IP_HEADER, SANIC_FORWARDED_SECRET)
     # are read from the environment by Config itself; nothing else decides the client address.
     app: App = Sanic(
@@ -112,7 +124,8 @@ def create_app(
     @app.before_server_start
     async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
-        ctx.engine = create_engine(settings.database_url)
+        ctx.engine = create_engine(settings.database_url, bounded=True)
+        ctx.probe = Probe(ctx.engine, within=health.PROBE_WITHIN)
         try:
             async with ctx.engine.begin() as conn:  # what migration 0005 moved in plaintext
                 await seal_plaintext(conn, ctx.keyring)
@@ -123,7 +136,8 @@ def create_app(
         ctx.admin_attempts = admin.FailedAttempts(ctx.limiter.storage)
 
         ctx.writer = registration_writer(ctx.engine)
-        ctx.registrations = BatchWriter(ctx.writer.write, split=refused_rows, name="registration batch")
+        flush: Flush = ctx.readiness.watch(health.REGISTRATIONS, ctx.writer.write, refused=refused_rows)
+        ctx.registrations = BatchWriter(flush, split=refused_rows, name="registration batch")
         ctx.registrations.start()
 
     @app.after_server_stop
@@ -132,7 +146,14 @@ def create_app(
         await ctx.registrations.close()
         await ctx.limiter.close()
         await ctx.writer.close()
+        await ctx.probe.close()
         await ctx.engine.dispose()
+
+    if shutdown_deadline is not None:
+
+        @app.before_server_stop
+        async def arm_deadline(app: App) -> None:
+            shutdown.arm(shutdown_deadline)
 
     if tune_collector:
 

@@ -86,6 +86,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from service import logs
     from service.app import create_app
+    from service.shutdown import deadline_for
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
@@ -100,6 +101,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         run_worker=not args.no_worker,
         structured_logs=True,
         tune_collector=True,
+        shutdown_deadline=deadline_for(settings),
     )
     loader = AppLoader(factory=factory)
     app = loader.load()

@@ -10,6 +10,7 @@ from sanic.handlers import ErrorHandler
 from sanic.response import json as json_response
 
 from service.cors import cors_headers
+from service.db.faults import unavailable
 from service.errors import ServiceError, from_domain
 from service.exceptions import DomainError
 
@@ -45,6 +46,17 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         status = exception.status_code
         body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
         headers = dict(getattr(exception, "headers", None) or {})
+    elif unavailable(exception):
+        # The storage cannot do the work now (unreachable, silent, full, read-only): the client may
+        # try again shortly; nothing was accepted. A fault of the machine's, not a bug: no ERROR.
+        status = 503
+        log.warning(
+            "storage unavailable",
+            exc_info=(type(exception), exception, exception.__traceback__),
+            extra={"path": request.path, "method": request.method},
+        )
+        body = {"ok": False, "message": _MESSAGES[503]}
+        headers = {}
     else:
         status = getattr(exception, "status_code", 500)
         status = status if isinstance(status, int) and status >= 500 else 500

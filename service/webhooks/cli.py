@@ -176,7 +176,7 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
     from service.webhooks import worker_http
     from service.webhooks.worker import Worker
 
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, bounded=True)
     keyring = load_keyring(settings)
     async with engine.begin() as conn:  # what migration 0005 moved in plaintext
         await seal_plaintext(conn, keyring)
