@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -78,9 +80,8 @@ async def _stored_emails(url: str) -> set[str]:
 class Server:
     """`python -m service serve` in a child process, and an HTTP client for it."""
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
+    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
         self.port = free_port()
-        self.log = log
         self.process = start_server(self.port, env, log=log)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=70.0)
 
@@ -177,9 +178,9 @@ def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_po
         try:
             assert server.register("before@example.com") == 200
             proxy.silence()
-            with httpx.Client(base_url=server.http.base_url, timeout=1.0) as quick:
-                with pytest.raises(httpx.TimeoutException):  # a registration now waits on the dead link
-                    quick.post("/api/waitlist", json={"email": "stuck@example.com", "intent": "claim"})
+            quick = httpx.Client(base_url=server.http.base_url, timeout=1.0)
+            with quick, pytest.raises(httpx.TimeoutException):  # a registration waits on the dead link
+                quick.post("/api/waitlist", json={"email": "stuck@example.com", "intent": "claim"})
             os.kill(server.process.pid, signal.SIGTERM)
             sent_at = time.monotonic()
             try:
@@ -189,3 +190,58 @@ def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_po
             assert time.monotonic() - sent_at <= SHUTDOWN_DEADLINE + 5
         finally:
             server.close()
+
+
+def test_a_full_disk_is_503_on_every_writing_route_and_on_readyz(tmp_path: Path) -> None:
+    """With the disk full under SQLite (a file-size limit set on the running server), registrations
+    and /admin/events answer 503, never 500, and /readyz says registrations are failing."""
+    database = tmp_path / "service.db"
+    url = f"sqlite:///{database}"
+    migrate(url)
+    with sqlite3.connect(database) as connection:  # the migrations' WAL folded in: it starts empty
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    server = Server(
+        {"SERVICE_DATABASE_URL": url, "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN, "SERVICE_WAITLIST_RATE_LIMIT": "10000/minute"}
+    )
+    try:
+        assert server.register("first@example.com") == 200
+        # The disk fills: no file of the server's may grow beyond what it holds now, and a little.
+        sizes = [path.stat().st_size for path in tmp_path.glob("service.db*")]
+        limit = max(sizes) + 32 * 1024
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        message = "x" * 600
+        answers: list[int] = []
+
+        def refused() -> bool:
+            email = f"filler{len(answers)}@example.com"
+            status = server.http.post(
+                "/api/waitlist", json={"email": email, "intent": "claim", "message": message}
+            ).status_code
+            answers.append(status)
+            return status == 503
+
+        assert poll(refused, within=30.0, every=0.0), "the registrations never met the full disk"
+        assert set(answers) <= {200, 503}
+        ready = server.ready()
+        assert (ready.status_code, ready.json()) == (
+            503,
+            {
+                "ok": False,
+                "message": "Registrations are failing to commit.",
+                "database": "up",
+                "rateLimitStore": "up",
+                "registrations": "failing",
+            },
+        )
+        published = server.http.post("/admin/events", json=room_claimed(), headers=AUTH)
+        assert (published.status_code, published.json()) == (
+            503,
+            {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+        )
+        # Room again: the next registration is stored and the server is ready once more.
+        unlimited = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, unlimited)
+        assert server.register("after@example.com") == 200
+        assert server.ready().status_code == 200
+    finally:
+        server.close()
