@@ -16,7 +16,7 @@ from sanic import Sanic
 from sanic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import admin, collector, cors, health, logs, shutdown, waitlist
+from service import admin, collector, cors, health, logs, proxies, shutdown, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.clock import Clock, utc_now
 from service.db.batch import BatchWriter
@@ -67,6 +67,7 @@ class Context:
     operations: Operations = field(init=False)  # the admin use cases (service.webhooks.operations)
     resolve: Resolve = system_resolve  # name resolution for partner URLs; tests swap it
     trusts_proxies: bool = False  # Sanic's proxy settings are set: client addresses from headers
+    trusted_proxies: tuple[proxies.Network, ...] = ()  # ...believed only from these peers
 
 
 def create_app(
@@ -100,7 +101,12 @@ def create_app(
     # in flight it fits inside the shutdown deadline (service.shutdown).
     config.GRACEFUL_SHUTDOWN_TIMEOUT = GRACEFUL_SHUTDOWN_S
     # Sanic's proxy settings (SANIC_PROXIES_COUNT, SANIC_REAL_IP_HEADER, SANIC_FORWARDED_SECRET)
-    # are read from the environment by Config itself; nothing else decides the client address.
+    # are read from the environment by Config itself; nothing else decides the client address, and
+    # only from the trusted proxies (service.proxies).
+    trusted = proxies.parse_networks(settings.trusted_proxies)
+    refused = proxies.misconfiguration(config, trusted)
+    if refused is not None:
+        raise ValueError(refused)
     app: App = Sanic(
         name or f"service_{os.getpid()}_{next(_names)}",
         config=config,
@@ -108,6 +114,7 @@ def create_app(
         error_handler=JSONErrorHandler(),
         configure_logging=not structured_logs,
     )
+    app.ctx.trusted_proxies = trusted
     app.ctx.trusts_proxies = waitlist.trusts_proxies(app.config)
     # Loaded now, so a PostgreSQL database without SERVICE_SECRETS_KEY stops the start with the reason.
     app.ctx.keyring = load_keyring(settings)

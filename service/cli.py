@@ -82,13 +82,18 @@ def serve_warnings(settings: Settings, workers: int, host: str = "127.0.0.1") ->
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
+    from sanic.config import Config
     from sanic.worker.loader import AppLoader
 
-    from service import logs
+    from service import logs, proxies
     from service.app import create_app
     from service.shutdown import deadline_for
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
+    refused = proxies.misconfiguration(Config(), proxies.parse_networks(settings.trusted_proxies))
+    if refused is not None:
+        print(f"configuration error: {refused}", file=sys.stderr)
+        return 2
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)

@@ -139,7 +139,8 @@ def test_failed_attempts_are_counted_per_ipv6_64(monkeypatch, sqlite_url):
     from tests.conftest import Client
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
-    with Client(create_app(Settings(database_url=sqlite_url, admin_token=TOKEN))) as client:
+    settings = Settings(database_url=sqlite_url, admin_token=TOKEN, trusted_proxies=("127.0.0.1",))
+    with Client(create_app(settings)) as client:
         statuses = [
             client.get(
                 "/admin/waitlist",
