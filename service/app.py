@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service import admin, collector, cors, health, logs, proxies, shutdown, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.clock import Clock, utc_now
+from service.connections import GuardedRequest, Registry, connection_limit
 from service.db.batch import BatchWriter
 from service.db.engine import Probe, create_engine
 from service.db.registrations import Registration
@@ -68,6 +69,7 @@ class Context:
     resolve: Resolve = system_resolve  # name resolution for partner URLs; tests swap it
     trusts_proxies: bool = False  # Sanic's proxy settings are set: client addresses from headers
     trusted_proxies: tuple[proxies.Network, ...] = ()  # ...believed only from these peers
+    connections: Registry | None = None  # open connections under the cap (service.connections)
 
 
 def create_app(
@@ -112,6 +114,7 @@ def create_app(
         config=config,
         ctx=Context(settings=settings, clock=clock, run_worker=run_worker, ids=ids),
         error_handler=JSONErrorHandler(),
+        request_class=GuardedRequest,
         configure_logging=not structured_logs,
     )
     app.ctx.trusted_proxies = trusted
@@ -131,6 +134,7 @@ def create_app(
     @app.before_server_start
     async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
+        ctx.connections = Registry(connection_limit(settings.max_connections, run_worker))
         ctx.engine = create_engine(settings.database_url, bounded=True)
         ctx.probe = Probe(ctx.engine, within=health.PROBE_WITHIN)
         try:

@@ -87,6 +87,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
     from service import logs, proxies
     from service.app import create_app
+    from service.connections import GuardedProtocol
     from service.shutdown import deadline_for
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
@@ -111,7 +112,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     loader = AppLoader(factory=factory)
     app = loader.load()
     single = args.workers == 1
-    app.prepare(host=args.host, port=args.port, workers=args.workers, single_process=single)
+    # The cap on connections and the deadlines for slow clients (service.connections).
+    app.prepare(
+        host=args.host, port=args.port, workers=args.workers, single_process=single, protocol=GuardedProtocol
+    )
     if single:
         # One process, no manager: a signal to this pid reaches the only process serving.
         Sanic.serve_single(primary=app)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from asyncio import CancelledError
 
 from sanic import HTTPResponse, Request
 from sanic.exceptions import SanicException
@@ -37,6 +38,11 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
     ``ServiceError`` it catches (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which
     answers the same bytes without Sanic's exception dispatch.
     """
+    if isinstance(exception, CancelledError):
+        # The client went away (Sanic's RequestCancelled): nobody reads this answer, and any client
+        # can do it at will, so it is a DEBUG line, never an ERROR, and counts in no metric.
+        log.debug("the client went away", extra={"path": request.path, "method": request.method})
+        return json_response({"ok": False, "message": _MESSAGES[400]}, status=400)
     if isinstance(exception, DomainError):
         exception = from_domain(exception)
     if isinstance(exception, ServiceError):

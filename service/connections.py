@@ -1,0 +1,162 @@
+"""Slow clients: a cap on open connections, and absolute deadlines for a request to arrive.
+
+Sanic restarts its request timer on every byte, so a client trickling one byte every few seconds
+holds a connection for ever, and nothing caps how many it may hold: a thousand such clients use up
+the process's file descriptors and lock everyone else out. ``GuardedProtocol`` (passed to Sanic as
+its protocol, a public option of ``app.prepare``) adds what is missing (docs/architecture.md
+"Faults and slow clients"):
+
+- at most ``limit`` open connections per process; when a new one would exceed it, the connection
+  that has been quiet longest is closed, so a new client always finds room;
+- a request's headers must arrive within ``HEADERS_WITHIN`` seconds of its first byte, and its body
+  within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
+  closed.
+
+The protocol learns that a request's headers are in when Sanic builds its request object, and
+that its body is in when ``receive_body`` returns: ``GuardedRequest`` (Sanic's documented
+``request_class`` hook) tells it. Everything here is Sanic's public surface: the protocol class it
+documents for subclassing, asyncio's protocol callbacks, and the request class.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import time
+from typing import Any
+
+from sanic import Request
+from sanic.server.protocols.http_protocol import HttpProtocol
+
+log = logging.getLogger(__name__)
+
+HEADERS_WITHIN = 10.0  # seconds from a request's first byte to the end of its headers
+BODY_WITHIN = 30.0  # seconds from a request's first byte to the end of its body
+# File descriptors a server process keeps for what is not a client connection: the database pool,
+# Redis, log and SQLite files, the listening socket, and the delivery worker's connections to
+# partners (its sender pool) when it runs in the process.
+RESERVE = 128
+WORKER_RESERVE = 512
+
+
+def connection_limit(wanted: int, run_worker: bool, descriptors: int | None = None) -> int:
+    """``wanted``, never more than the soft descriptor limit less the reserve (and at least 1)."""
+    if descriptors is None:
+        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if descriptors == resource.RLIM_INFINITY:
+        return wanted
+    reserve = RESERVE + (WORKER_RESERVE if run_worker else 0)
+    return max(1, min(wanted, descriptors - reserve))
+
+
+class Registry:
+    """The open connections of one server process, and the cap over them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: set[GuardedProtocol] = set()
+        self.evicted = 0  # connections closed to make room (for tests and the log)
+
+    def admit(self, newcomer: GuardedProtocol) -> None:
+        self.open.add(newcomer)
+        if len(self.open) <= self.limit:
+            return
+        quietest = min((held for held in self.open if held is not newcomer), key=lambda held: held.active_at)
+        self.evicted += 1
+        log.debug("connection limit reached: closing the longest-idle one", extra={"limit": self.limit})
+        quietest.drop()
+
+
+class GuardedProtocol(HttpProtocol):
+    """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
+
+    __slots__ = ("_began", "_deadline", "_headers_in", "active_at")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.active_at = time.monotonic()
+        self._began: float | None = None  # first byte of the request being received
+        self._headers_in = False
+        self._deadline: Any = None  # the loop's TimerHandle for the next deadline check
+
+    # asyncio's protocol callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[no-untyped-call]
+        registry: Registry | None = getattr(self.app.ctx, "connections", None)
+        if registry is not None:
+            registry.admit(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.active_at = time.monotonic()
+        if self._began is None and data:
+            self._began, self._headers_in = self.active_at, False
+            self._check_at(HEADERS_WITHIN)
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_deadline()
+        registry: Registry | None = getattr(self.app.ctx, "connections", None)
+        if registry is not None:
+            registry.open.discard(self)
+        super().connection_lost(exc)  # type: ignore[no-untyped-call]
+
+    # what GuardedRequest reports -----------------------------------------------------------------
+
+    def headers_in(self, with_body: bool) -> None:
+        if self._began is None:  # a request that came in one read: its clock started there
+            self._began = time.monotonic()
+        self._headers_in = True
+        if with_body:
+            self._check_at(BODY_WITHIN)
+        else:
+            self.body_in()
+
+    def body_in(self) -> None:
+        self._began = None
+        self._cancel_deadline()
+
+    # the deadlines -------------------------------------------------------------------------------
+
+    def _check_at(self, within: float) -> None:
+        self._cancel_deadline()
+        assert self._began is not None
+        delay = max(0.0, self._began + within - time.monotonic())
+        self._deadline = self.loop.call_later(delay, self._expired)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self._began is None:
+            return
+        part = "body" if self._headers_in else "headers"
+        log.debug("a request's %s did not arrive in time: closing the connection", part)
+        self.drop()
+
+    def drop(self) -> None:
+        """Close the connection now, whatever it was doing."""
+        self._cancel_deadline()
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+class GuardedRequest(Request):
+    """Sanic's request, telling ``GuardedProtocol`` when the headers and the body are in."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        protocol = self.transport.get_protocol() if self.transport is not None else None
+        if isinstance(protocol, GuardedProtocol):
+            length = self.headers.get("content-length")
+            with_body = "transfer-encoding" in self.headers or (length is not None and length != "0")
+            protocol.headers_in(with_body)
+
+    async def receive_body(self) -> None:
+        await super().receive_body()  # type: ignore[no-untyped-call]
+        protocol = self.transport.get_protocol() if self.transport is not None else None
+        if isinstance(protocol, GuardedProtocol):
+            protocol.body_in()
