@@ -26,7 +26,10 @@ import time
 from typing import Any
 
 from sanic import Request
+from sanic.exceptions import BadRequest
 from sanic.server.protocols.http_protocol import HttpProtocol
+
+from service.framing import framing_fault
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +73,7 @@ class Registry:
 class GuardedProtocol(HttpProtocol):
     """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
 
-    __slots__ = ("_began", "_deadline", "_headers_in", "active_at")
+    __slots__ = ("_began", "_deadline", "_headers_in", "active_at", "after_chunked")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -78,6 +81,7 @@ class GuardedProtocol(HttpProtocol):
         self._began: float | None = None  # first byte of the request being received
         self._headers_in = False
         self._deadline: Any = None  # the loop's TimerHandle for the next deadline check
+        self.after_chunked = False  # the last request's body was chunked: no request may follow
 
     # asyncio's protocol callbacks --------------------------------------------------------------
 
@@ -145,15 +149,30 @@ class GuardedProtocol(HttpProtocol):
 
 
 class GuardedRequest(Request):
-    """Sanic's request, telling ``GuardedProtocol`` when the headers and the body are in."""
+    """Sanic's request, its framing checked (``service.framing``), telling ``GuardedProtocol`` when
+    the headers and the body are in.
+
+    Raised while Sanic is still reading the request, a ``BadRequest`` answers 400 and closes the
+    connection (Sanic keeps no connection alive after an error in reading a request).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         protocol = self.transport.get_protocol() if self.transport is not None else None
-        if isinstance(protocol, GuardedProtocol):
+        guard = protocol if isinstance(protocol, GuardedProtocol) else None
+        fault = framing_fault(self.head) if self.head else None
+        if fault is None and guard is not None and guard.after_chunked:
+            fault = "a request after a chunked body on the same connection"
+        if fault is not None:
+            log.debug("request framing refused: %s", fault)
+            if guard is not None:
+                guard.body_in()
+            raise BadRequest("Bad Request")
+        if guard is not None:
+            chunked = "transfer-encoding" in self.headers
             length = self.headers.get("content-length")
-            with_body = "transfer-encoding" in self.headers or (length is not None and length != "0")
-            protocol.headers_in(with_body)
+            guard.after_chunked = chunked
+            guard.headers_in(chunked or (length is not None and length.strip() != "0"))
 
     async def receive_body(self) -> None:
         await super().receive_body()  # type: ignore[no-untyped-call]
