@@ -13,13 +13,23 @@ LOCK_ARGS ?=
 HOST ?= 127.0.0.1
 PORT ?= 8000
 WORKERS ?= 1
+# Extra `serve` options: make serve SERVE_ARGS=--no-worker.
+SERVE_ARGS ?=
+# make cluster: the rehearsal of docs/deploy.md on one machine (deploy/Procfile), on PostgreSQL and Redis.
+CLUSTER_DATABASE_URL ?= postgresql://postgres@127.0.0.1:5432/service_cluster
+CLUSTER_REDIS_URL ?= redis://127.0.0.1:6379/0
+CLUSTER_DIR ?= var/cluster
+export CLUSTER_PORT ?= 8080
+export SERVER_1_PORT ?= 8000
+export SERVER_2_PORT ?= 8002
+export WORKER_PORT ?= 8001
 # Extra JupyterLab options: make lab LAB_ARGS="--no-browser --port 8890".
 LAB_ARGS ?=
 # JupyterLab refuses to start as root without --allow-root; containers and CI often run as root.
 LAB_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 export SERVICE_DATABASE_URL ?= sqlite:///var/service.db
 
-.PHONY: serve test lab bench drills migrate lint typecheck notebooks lock clean
+.PHONY: serve cluster test lab bench drills migrate lint typecheck notebooks lock clean
 
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +39,17 @@ $(STAMP): pyproject.toml $(LOCK)
 	@touch $(STAMP)
 
 serve: $(STAMP)  ## migrate, then serve http://$(HOST):$(PORT) with the delivery worker inside
-	$(BIN)/python -m service serve --host $(HOST) --port $(PORT) --workers $(WORKERS)
+	$(BIN)/python -m service serve --host $(HOST) --port $(PORT) --workers $(WORKERS) $(SERVE_ARGS)
+
+# The key is made once and kept in $(CLUSTER_DIR); the database must exist (createdb service_cluster).
+cluster: $(STAMP)  ## nginx on :$(CLUSTER_PORT) in front of two servers and a worker (deploy/Procfile)
+	@mkdir -p $(CLUSTER_DIR)
+	@test -s $(CLUSTER_DIR)/secrets.key || (umask 077 && $(BIN)/python -c \
+		'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())' > $(CLUSTER_DIR)/secrets.key)
+	export SERVICE_DATABASE_URL=$(CLUSTER_DATABASE_URL) SERVICE_RATE_LIMIT_STORAGE=$(CLUSTER_REDIS_URL) \
+		SERVICE_BASE_URL=http://127.0.0.1:$(CLUSTER_PORT) SERVICE_SECRETS_KEY=$$(cat $(CLUSTER_DIR)/secrets.key) \
+		CLUSTER_DIR=$(abspath $(CLUSTER_DIR)) PATH=$(abspath $(BIN)):$$PATH && \
+	$(BIN)/python -m service migrate && $(BIN)/honcho -f deploy/Procfile -d . start
 
 migrate: $(STAMP)
 	$(BIN)/python -m service migrate
@@ -51,7 +71,7 @@ drills: $(STAMP)
 	$(BIN)/python -m benchmarks.drills
 
 lint: $(STAMP)
-	$(BIN)/ruff check service analytics tests benchmarks
+	$(BIN)/ruff check service analytics tests benchmarks deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

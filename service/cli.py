@@ -16,8 +16,10 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any, NoReturn
 
+from pydantic import ValidationError
+
 from service import commands
-from service.db.engine import migrate
+from service.db.engine import DatabaseUnusable, check_database, migrate
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
 from service.registrations_ops import RegistrationOperations
@@ -95,6 +97,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     if refused is not None:
         print(f"configuration error: {refused}", file=sys.stderr)
         return 2
+    check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
@@ -125,13 +128,11 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    # The key first: the schema is not moved by a deployment whose servers could not start.
+    keyring = load_keyring(settings)
+    check_database(settings.database_url)
     migrate(settings.database_url)
     print(f"database is at the latest schema: {_safe_url(settings.database_url)}")
-    try:
-        keyring = load_keyring(settings)
-    except KeyringError:
-        print("partner secrets stored in plaintext stay so until a start with SERVICE_SECRETS_KEY set")
-        return 0
     sealed = asyncio.run(_seal(settings, keyring))
     if sealed:
         print(f"encrypted {sealed} partner secrets stored in plaintext")
@@ -252,6 +253,16 @@ def build_parser() -> argparse.ArgumentParser:
 _EXTENSIONS: list[Callable[[Any], None]] = [webhooks_cli.register]
 
 
+def one_line(error: ValidationError) -> str:
+    """Each refused setting's reason, naming its variable, on one line (never the value)."""
+    reasons = []
+    for problem in error.errors(include_input=False, include_url=False):
+        reason = str(problem["msg"]).removeprefix("Value error, ")
+        name = commands.variable(str(problem["loc"][0])) if problem["loc"] else ""
+        reasons.append(reason if not name or name in reason else f"{name}: {reason}")
+    return "; ".join(" ".join(reason.split()) for reason in reasons)
+
+
 def entry() -> NoReturn:
     """The program: JSON log lines on stderr (the audit trail among them), then the command."""
     from service import logs
@@ -264,14 +275,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         settings = Settings()
-    except ValueError as error:
-        print(f"configuration error: {error}", file=sys.stderr)
+    except ValidationError as error:
+        print(f"configuration error: {one_line(error)}", file=sys.stderr)
         return 2
     run: Command = args.run
     try:
         return run(args, settings)
     except KeyringError as error:
         print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    except DatabaseUnusable as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     except UnreadableSecret as error:
         print(f"error: {error}", file=sys.stderr)

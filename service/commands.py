@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import audit
-from service.db.engine import create_engine, migrate
+from service.db.engine import check_database, create_engine, migrate
 from service.exceptions import DomainError
 from service.settings import Settings
 
@@ -96,6 +96,7 @@ def run(
     show: Callable[[Any], None] = print_json,
 ) -> int:
     """Run ``work(engine)`` on a migrated database; ``show`` its answer, or print the refusal."""
+    check_database(settings.database_url)
     migrate(settings.database_url)
 
     async def main() -> Any:

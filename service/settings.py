@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from limits import parse_many
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from service.proxies import parse_networks
 from service.webhooks.retry import DEFAULT_SCHEDULE
@@ -138,6 +141,11 @@ class Settings(BaseSettings):
         default=None,  # None: the packaged default
         description="The discovery wording, a TOML file; unset, the packaged one.",
     )
+    waitlist_redirect_url: str | None = Field(
+        default=None,
+        description="Where a form post from a browser that prefers HTML is sent (303) after registering; "
+        "on a refusal, the same URL with error and field in the query. Unset: JSON answers only.",
+    )
 
     @field_validator("base_url")
     @classmethod
@@ -147,11 +155,35 @@ class Settings(BaseSettings):
             raise ValueError("SERVICE_BASE_URL must start with http:// or https://")
         return value
 
+    @field_validator("waitlist_redirect_url")
+    @classmethod
+    def _redirect_url(cls, value: str | None) -> str | None:
+        if not value or not value.strip():
+            return None  # empty means unset
+        value = value.strip()
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc or any(c in value for c in "\r\n\t "):
+            raise ValueError("SERVICE_WAITLIST_REDIRECT_URL must be an absolute http:// or https:// URL")
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _database_url(cls, value: str) -> str:
         if not value.startswith(("sqlite:", "postgresql:", "postgres:", "postgresql+")):
             raise ValueError("SERVICE_DATABASE_URL must be sqlite:///PATH or postgresql://...")
+        # The reasons never repeat the URL: it may carry the database password.
+        try:
+            url = make_url(value)
+            port = url.port
+        except (ArgumentError, ValueError):
+            raise ValueError(
+                "SERVICE_DATABASE_URL is not a valid URL (postgresql://USER[:PASSWORD]@HOST[:PORT]/DB; "
+                "characters such as @ : / in the password are written %40 %3A %2F)"
+            ) from None
+        if port is not None and not 1 <= port <= 65535:
+            raise ValueError(f"SERVICE_DATABASE_URL's port {port} is not between 1 and 65535")
+        if url.get_backend_name() == "postgresql" and not url.database:
+            raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
         return value
 
     @field_validator("admin_token")

@@ -11,6 +11,7 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from email_validator import EmailNotValidError
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
@@ -19,7 +20,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.config import Config
 from sanic.response import raw
 
-from service.bodies import read_body
+from service.bodies import FORM, media_type, read_body
 from service.cors import cors_headers
 from service.db.registrations import Intent, Registration, email_key
 from service.emails import check_email
@@ -160,6 +161,37 @@ def client_address(request: Request) -> str:
     return request.ip
 
 
+# What a refusal's redirect may name as the field: the form's own fields, never a name the client made up.
+FORM_FIELDS = frozenset({"email", "intent", "project", "message", "body"})
+
+
+def from_html_form(request: Request) -> bool:
+    """A browser's form post: URL-encoded, and its Accept prefers text/html to JSON (ties go to JSON)."""
+    if media_type(request)[0] != FORM:
+        return False
+    return request.accept.match("application/json", "text/html").mime == "text/html"
+
+
+def refused_url(redirect: str, error: ServiceError) -> str:
+    """``redirect`` with ``error`` (the code of the first field at fault) and ``field`` in its query.
+
+    Both are words the service chose (codes and the form's field names), URL-encoded; nothing the
+    client sent is written back.
+    """
+    first = error.field_errors[0] if error.field_errors else None
+    query = [("error", first.code if first else "invalid")]
+    if first is not None and first.field in FORM_FIELDS:
+        query.append(("field", first.field))
+    parts = urlsplit(redirect)
+    merged = "&".join(part for part in (parts.query, urlencode(query)) if part)
+    return urlunsplit(parts._replace(query=merged))
+
+
+def see_other(location: str) -> HTTPResponse:
+    """303: the browser fetches ``location`` with GET (a reload never posts the form again)."""
+    return raw(b"", status=303, headers={"Location": location, "Cache-Control": "no-store"})
+
+
 def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Blueprint:
     bp = Blueprint("waitlist")
 
@@ -173,15 +205,24 @@ def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) 
         if retry_after is not None:
             ctx.metrics.waitlist_limited.inc()
             raise TooManyRequests(retry_after)
+        # Accept is parsed only where the operator asked for redirects: the hot path stays as it was.
+        redirect = ctx.settings.waitlist_redirect_url
+        if redirect and not from_html_form(request):
+            redirect = None
         try:
             registration = parse_registration(read_body(request), clock())
         except ServiceError as error:  # the client's mistake: answered here, not raised through Sanic
+            if redirect:
+                ctx.metrics.inc(ctx.metrics.client_errors, str(error.status_code))  # refused all the same
+                return see_other(refused_url(redirect, error))
             return error_response(request, error)
         try:
             await ctx.registrations.submit(registration)
         except Exception as error:
             raise ServiceUnavailable() from error
         ctx.metrics.inc(ctx.metrics.registrations, registration.intent)
+        if redirect:
+            return see_other(redirect)
         return raw(_ACCEPTED_BODY, content_type="application/json", headers=cors_headers(request))
 
     return bp

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
+import sqlite3
 import stat
 from pathlib import Path
 from typing import Any
@@ -175,6 +177,82 @@ def migrate(database_url: str, revision: str = "head") -> None:
 async def migrate_async(database_url: str) -> None:
     # Alembic's env runs its own event loop; keep it off the caller's.
     await asyncio.to_thread(migrate, database_url)
+
+
+class DatabaseUnusable(Exception):
+    """The database cannot be used at all (absent, refusing the role, unreachable): nothing starts."""
+
+
+# PostgreSQL's SQLSTATE classes a start cannot get past (the PostgreSQL manual, "Errcodes").
+MISSING_DATABASE = "3D000"  # invalid_catalog_name
+REFUSED_ROLE = "28"  # invalid_authorization_specification, invalid_password
+
+
+def _where(url: URL) -> str:
+    """host:port/db of a PostgreSQL URL, never its password."""
+    host = url.host or "the local socket"
+    return f"{host}:{url.port or 5432}/{url.database}"
+
+
+def _cause(error: BaseException) -> BaseException:
+    """The driver's own error under SQLAlchemy's wrappers."""
+    seen = error
+    while True:
+        inner = getattr(seen, "orig", None) or seen.__cause__
+        if inner is None or inner is seen:
+            return seen
+        seen = inner
+
+
+def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None:
+    """The one-line reason ``error`` (raised while connecting) stops a start; None for others."""
+    url = make_url(database_url)
+    cause = _cause(error)
+    if url.get_backend_name() == "sqlite":
+        if isinstance(cause, OSError | sqlite3.Error):
+            return DatabaseUnusable(f"the SQLite database {url.database} cannot be opened ({cause})")
+        return None
+    sqlstate = getattr(cause, "sqlstate", None) or ""
+    first_line = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+    if sqlstate == MISSING_DATABASE:
+        return DatabaseUnusable(
+            f'database "{url.database}" does not exist on {_where(url).rsplit("/", 1)[0]}; '
+            f"create it first (createdb {url.database}), then run: python -m service migrate"
+        )
+    if sqlstate.startswith(REFUSED_ROLE):
+        return DatabaseUnusable(f'the database at {_where(url)} refused role "{url.username}": {first_line}')
+    if isinstance(cause, TimeoutError):
+        return DatabaseUnusable(
+            f"the database at {_where(url)} did not answer within {POSTGRESQL_CONNECT_TIMEOUT_S:g} s"
+        )
+    if isinstance(cause, OSError):
+        # asyncpg raises OSError(errno, "Connect call failed (...)"): the errno's own words read better.
+        number = cause.errno or 0
+        known = number > 0 and not isinstance(cause, socket.gaierror)
+        reason = os.strerror(number) if known else (cause.strerror or first_line)
+        return DatabaseUnusable(f"the database at {_where(url)} cannot be reached ({reason})")
+    if sqlstate:
+        return DatabaseUnusable(f"the database at {_where(url)} refused the connection: {first_line}")
+    return None
+
+
+def check_database(database_url: str) -> None:
+    """Connect once; raises ``DatabaseUnusable`` with the reason when the database cannot be used."""
+
+    async def connect() -> None:
+        engine = create_engine(database_url)
+        try:
+            await ping(engine)
+        finally:
+            await engine.dispose()
+
+    try:
+        asyncio.run(connect())
+    except Exception as error:
+        reason = unusable(database_url, error)
+        if reason is None:
+            raise
+        raise reason from None
 
 
 async def ping(engine: AsyncEngine) -> None:

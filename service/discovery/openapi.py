@@ -100,6 +100,14 @@ def _waitlist_operation(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         },
         "responses": {
             "200": {"description": "Stored.", "content": _json(refs["WaitlistResponse"])},
+            "303": {
+                "description": (
+                    "Only where the operator sets a redirect URL, and only for a URL-encoded form whose "
+                    "Accept prefers text/html (a browser without scripts): stored, then sent to that "
+                    "URL; on a refusal, to the same URL with error (the code) and field in its query."
+                ),
+                "headers": {"Location": {"schema": {"type": "string", "format": "uri"}}},
+            },
             "400": _error("Invalid email or invalid waitlist payload; errors name the fields."),
             "413": _error(f"The body is over {MAX_BODY_BYTES // 1024} KiB."),
             "415": _error("The body is neither application/json nor a URL-encoded form."),

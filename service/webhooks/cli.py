@@ -222,9 +222,10 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
-    from service.db.engine import migrate
+    from service.db.engine import check_database, migrate
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
+    check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # JSON lines on stderr, like serve
     migrate(settings.database_url)
     return asyncio.run(_work(settings, args))

@@ -1,0 +1,134 @@
+"""A start that cannot work says why in one line on stderr and exits 2: serve, worker and migrate alike."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from service.cli import main
+from tests.cluster import call
+from tests.conftest import POSTGRES_URL
+from tests.processes import ROOT, free_port, kill, start_server
+from tests.webhook_helpers import TEST_SECRETS_KEY
+
+COMMANDS = (["serve", "--port", "0"], ["worker", "--port", "0"], ["migrate"])
+PASSWORD = "pw-never-shown"
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    needs_postgres: bool
+    expected: str  # what the one line must say
+
+    def environment(self) -> dict[str, str]:
+        """The SERVICE_* variables of this broken start."""
+        base = make_url(POSTGRES_URL or "postgresql://postgres@127.0.0.1:5432/test")
+        with_password = base.set(password=PASSWORD)
+        key = {"SERVICE_SECRETS_KEY": TEST_SECRETS_KEY}
+        if self.name == "malformed-url":
+            return {"SERVICE_DATABASE_URL": f"postgresql://postgres:{PASSWORD}@127.0.0.1:port/db", **key}
+        if self.name == "missing-database":
+            missing = with_password.set(database=f"absent_{uuid.uuid4().hex[:8]}")
+            return {"SERVICE_DATABASE_URL": missing.render_as_string(hide_password=False), **key}
+        if self.name == "refused-role":
+            refused = with_password.set(username=f"nobody_{uuid.uuid4().hex[:8]}")
+            return {"SERVICE_DATABASE_URL": refused.render_as_string(hide_password=False), **key}
+        if self.name == "unreachable":
+            closed = with_password.set(host="127.0.0.1", port=free_port())
+            return {"SERVICE_DATABASE_URL": closed.render_as_string(hide_password=False), **key}
+        # The key is judged before any connection: the database named here is never reached.
+        closed = with_password.set(host="127.0.0.1", port=free_port()).render_as_string(hide_password=False)
+        if self.name == "missing-key":
+            return {"SERVICE_DATABASE_URL": closed, "SERVICE_SECRETS_KEY": ""}
+        assert self.name == "malformed-key"
+        return {"SERVICE_DATABASE_URL": closed, "SERVICE_SECRETS_KEY": "not-a-fernet-key"}
+
+
+CASES = [
+    Case("malformed-url", False, "SERVICE_DATABASE_URL is not a valid URL"),
+    Case("missing-database", True, 'database "absent_'),
+    Case("refused-role", True, 'refused role "nobody_'),
+    Case("unreachable", False, "cannot be reached (Connection refused)"),
+    Case("missing-key", False, "SERVICE_SECRETS_KEY is not set"),
+    Case("malformed-key", False, "SERVICE_SECRETS_KEY key 1 is not a Fernet key"),
+]
+
+
+def assert_one_line(err: str, case: Case) -> None:
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert case.expected in lines[0]
+    assert "Traceback" not in err
+    assert PASSWORD not in err
+
+
+def needs(case: Case) -> None:
+    if case.needs_postgres and not POSTGRES_URL:
+        pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to refuse the start")
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_the_real_command_says_why_in_one_line(case: Case) -> None:
+    """`python -m service` in a child process: one line naming the problem, exit 2, no traceback."""
+    needs(case)
+    # Each case runs one command for real (serve, worker and migrate each twice); every command
+    # meets every case in process below.
+    command = COMMANDS[CASES.index(case) % len(COMMANDS)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVICE_", "SANIC_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "service", *command],
+        cwd=ROOT,
+        env={**env, **case.environment()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 2, result.stderr
+    assert_one_line(result.stderr, case)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: command[0])
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
+def test_every_start_command_refuses_every_case(
+    case: Case, command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """serve, worker and migrate each stop with exit 2 and the one line, before serving anything."""
+    needs(case)
+    for name in list(os.environ):
+        if name.startswith("SERVICE_"):
+            monkeypatch.delenv(name)
+    for name, value in case.environment().items():
+        monkeypatch.setenv(name, value)
+    assert main(command) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert_one_line(err, case)
+
+
+def test_an_unreachable_redis_is_not_a_start_error(tmp_path: Path) -> None:
+    """serve starts and serves the documents; registrations and /readyz answer 503 naming the store."""
+    port = free_port()
+    env = {
+        "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'service.db'}",
+        "SERVICE_RATE_LIMIT_STORAGE": f"redis://127.0.0.1:{free_port()}/0",  # nothing listens there
+    }
+    server = start_server(port, env, "--no-worker")
+    try:
+        assert call(port, "GET", "/llms.txt")[0] == 200
+        status, ready = call(port, "GET", "/readyz")
+        assert (status, ready["database"], ready["rateLimitStore"]) == (503, "up", "down")
+        status, refused = call(port, "POST", "/api/waitlist", {"email": "ada@example.com", "intent": "claim"})
+        assert status == 503
+        assert refused["ok"] is False
+    finally:
+        kill(server)
