@@ -49,7 +49,7 @@ from service.wire import omit_nulls
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1), AfterValidator(storable)]
 
 # An event id: what every database stores (64 characters) in characters that need no escaping in a
-# URL, a header, a log line or a dedupe key (README "Publishing events").
+# URL, a header, a log line or a dedupe key (README "Admin guide", "Publishing").
 EVENT_ID_MAX = 64
 EVENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
 _EVENT_ID = re.compile(EVENT_ID_PATTERN)

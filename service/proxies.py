@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from sanic.config import Config
+if TYPE_CHECKING:  # the settings import this module, and analytics the settings: no server here
+    from sanic.config import Config
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
