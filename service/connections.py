@@ -158,9 +158,11 @@ class GuardedRequest(Request):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        if not self.head:
+            return  # the empty request Sanic makes to answer an error: nothing was read
         protocol = self.transport.get_protocol() if self.transport is not None else None
         guard = protocol if isinstance(protocol, GuardedProtocol) else None
-        fault = framing_fault(self.head) if self.head else None
+        fault = framing_fault(self.head)
         if fault is None and guard is not None and guard.after_chunked:
             fault = "a request after a chunked body on the same connection"
         if fault is not None:

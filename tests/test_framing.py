@@ -21,16 +21,23 @@ BODY = b'{"email":"a@example.com","intent":"claim"}'
 
 
 @pytest.fixture(scope="module")
-def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """The server's port and the file its log lines go to."""
     folder: Path = tmp_path_factory.mktemp("framing")
     url = f"sqlite:///{folder / 'service.db'}"
     migrate(url)
-    port = free_port()
-    process = start_server(port, {"SERVICE_DATABASE_URL": url, "SERVICE_WAITLIST_RATE_LIMIT": "1000/minute"})
+    port, log = free_port(), folder / "serve.log"
+    settings = {"SERVICE_DATABASE_URL": url, "SERVICE_WAITLIST_RATE_LIMIT": "1000/minute"}
+    process = start_server(port, settings, log=log)
     try:
-        yield port
+        yield port, log
     finally:
         stop(process)
+
+
+@pytest.fixture
+def port(served: tuple[int, Path]) -> int:
+    return served[0]
 
 
 def exchange(port: int, raw: bytes) -> list[tuple[int, dict[str, str]]]:
@@ -105,6 +112,8 @@ def test_a_chunk_without_its_crlf_lets_no_second_request_through(port: int) -> N
     responses = exchange(port, raw + SMUGGLED)  # reads until the server closes the connection
     assert len(responses) <= 2
     assert all(status != 200 for status, _ in responses[1:]), responses
+    if len(responses) == 2:  # the bytes after the body were read as a request: refused
+        assert refused(responses[1:])
 
 
 def test_well_formed_requests_share_a_connection(port: int) -> None:
@@ -112,6 +121,14 @@ def test_well_formed_requests_share_a_connection(port: int) -> None:
     first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
     last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     assert [status for status, _ in exchange(port, first + last)] == [200, 200]
+
+
+def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
+    """Every refusal above is the client's fault: the server's log holds no ERROR line."""
+    port, log = served
+    exchange(port, b"GET / HTTP/1.1\r\nHost : x\r\n\r\n")
+    errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
+    assert errors == []
 
 
 @pytest.mark.parametrize(
