@@ -160,12 +160,6 @@ def create_app(
         await ctx.probe.close()
         await ctx.engine.dispose()
 
-    if shutdown_deadline is not None:
-
-        @app.before_server_stop
-        async def arm_deadline(app: App) -> None:
-            shutdown.arm(shutdown_deadline)
-
     if tune_collector:
 
         @app.after_server_start
@@ -174,4 +168,12 @@ def create_app(
 
     # After open_resources, so its listeners find the engine open (and close before it is disposed).
     runtime.install(app)
+    if shutdown_deadline is not None:
+        # Registered last: Sanic runs stop listeners last-registered first, so the clock starts
+        # before anything else begins to stop (the worker's grace, the connections' closing).
+
+        @app.before_server_stop
+        async def arm_deadline(app: App) -> None:
+            shutdown.arm(shutdown_deadline)
+
     return app
