@@ -135,6 +135,7 @@ def create_app(
     async def open_resources(app: App) -> None:
         ctx: Context = app.ctx
         ctx.connections = Registry(connection_limit(settings.max_connections, run_worker))
+        ctx.connections.start()
         ctx.engine = create_engine(settings.database_url, bounded=True)
         ctx.probe = Probe(ctx.engine, within=health.PROBE_WITHIN)
         try:
@@ -154,6 +155,8 @@ def create_app(
     @app.after_server_stop
     async def close_resources(app: App) -> None:
         ctx: Context = app.ctx
+        if ctx.connections is not None:
+            ctx.connections.stop()
         await ctx.registrations.close()
         await ctx.limiter.close()
         await ctx.writer.close()

@@ -20,6 +20,7 @@ documents for subclassing, asyncio's protocol callbacks, and the request class.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import resource
 import time
@@ -33,6 +34,7 @@ from service.framing import framing_fault
 
 log = logging.getLogger(__name__)
 
+SWEEP_EVERY = 0.5  # seconds between deadline checks: a deadline is kept to within this
 HEADERS_WITHIN = 10.0  # seconds from a request's first byte to the end of its headers
 BODY_WITHIN = 30.0  # seconds from a request's first byte to the end of its body
 # File descriptors a server process keeps for what is not a client connection: the database pool,
@@ -53,12 +55,28 @@ def connection_limit(wanted: int, run_worker: bool, descriptors: int | None = No
 
 
 class Registry:
-    """The open connections of one server process, and the cap over them."""
+    """The open connections of one server process, the cap over them, and the sweep that holds
+    them to their deadlines (once a second: no timer is set or cancelled per request)."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open: set[GuardedProtocol] = set()
         self.evicted = 0  # connections closed to make room (for tests and the log)
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._expire)
+
+    def stop(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for held in [held for held in self.open if held.overdue(now)]:
+            held.drop()
+        self.start()
 
     def admit(self, newcomer: GuardedProtocol) -> None:
         self.open.add(newcomer)
@@ -73,14 +91,13 @@ class Registry:
 class GuardedProtocol(HttpProtocol):
     """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
 
-    __slots__ = ("_began", "_deadline", "_headers_in", "active_at", "after_chunked")
+    __slots__ = ("_began", "_headers_in", "active_at", "after_chunked")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.active_at = time.monotonic()
         self._began: float | None = None  # first byte of the request being received
         self._headers_in = False
-        self._deadline: Any = None  # the loop's TimerHandle for the next deadline check
         self.after_chunked = False  # the last request's body was chunked: no request may follow
 
     # asyncio's protocol callbacks --------------------------------------------------------------
@@ -95,11 +112,9 @@ class GuardedProtocol(HttpProtocol):
         self.active_at = time.monotonic()
         if self._began is None and data:
             self._began, self._headers_in = self.active_at, False
-            self._check_at(HEADERS_WITHIN)
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._cancel_deadline()
         registry: Registry | None = getattr(self.app.ctx, "connections", None)
         if registry is not None:
             registry.open.discard(self)
@@ -111,39 +126,26 @@ class GuardedProtocol(HttpProtocol):
         if self._began is None:  # a request that came in one read: its clock started there
             self._began = time.monotonic()
         self._headers_in = True
-        if with_body:
-            self._check_at(BODY_WITHIN)
-        else:
-            self.body_in()
+        if not with_body:
+            self._began = None
 
     def body_in(self) -> None:
         self._began = None
-        self._cancel_deadline()
 
-    # the deadlines -------------------------------------------------------------------------------
-
-    def _check_at(self, within: float) -> None:
-        self._cancel_deadline()
-        assert self._began is not None
-        delay = max(0.0, self._began + within - time.monotonic())
-        self._deadline = self.loop.call_later(delay, self._expired)
-
-    def _cancel_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
-        if self._began is None:
-            return
-        part = "body" if self._headers_in else "headers"
-        log.debug("a request's %s did not arrive in time: closing the connection", part)
-        self.drop()
+    def overdue(self, now: float) -> bool:
+        """Whether the request being received has missed its deadline (headers, then body)."""
+        began = self._began
+        if began is None:
+            return False
+        late = now - began > (BODY_WITHIN if self._headers_in else HEADERS_WITHIN)
+        if late:
+            part = "body" if self._headers_in else "headers"
+            log.debug("a request's %s did not arrive in time: closing the connection", part)
+        return late
 
     def drop(self) -> None:
         """Close the connection now, whatever it was doing."""
-        self._cancel_deadline()
+        self._began = None
         if self.transport is not None and not self.transport.is_closing():
             self.transport.abort()
 
