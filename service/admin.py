@@ -5,8 +5,9 @@ bearer token, whatever its path or method: every admin route checks it first, an
 refuses (an unknown path, a wrong method) checks it before answering, so an unknown path or a
 wrong method answers 401 like any other, and nothing (404 against 405, an ``Allow`` header) maps
 the routes to a client without the token. Without a token the whole prefix answers 404.
-Failed attempts are counted per client on the rate-limit storage; a client over the limit is
-answered 429, even with the right token, until its window frees a slot.
+Wrong tokens are counted per client on the rate-limit storage; a client over the limit is answered
+429 for its wrong tokens until its window frees a slot. A request without credentials counts
+nothing, and the right token is never refused by the throttle.
 
 Every admin blueprint also records who is calling (the client address) for the audit trail
 (``service.audit``), which the operations write; the waitlist routes are thin adapters over
@@ -88,38 +89,48 @@ def is_admin_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
-def _token_matches(request: Request, expected: str) -> bool:
+def _bearer(request: Request) -> str | None:
+    """The bearer token the request carries; None when it carries no credentials at all."""
     scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
-    # compare_digest on bytes: constant time whatever the token holds.
-    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected.encode())
+    given = given.strip()
+    return given if scheme.lower() == "bearer" and given else None
 
 
 async def check_token(request: Request) -> None:
-    """Let the request through, or raise 404 (no token configured), 429 (too many failures) or 401."""
+    """Let the request through, or raise 404 (no token configured), 429 (too many wrong tokens) or
+    401.
+
+    Only wrong tokens are counted and throttled (docs/architecture.md "Faults and slow clients"): a
+    request without credentials is a plain 401 that counts nothing, and the right token is never
+    refused by the throttle, so nobody can lock the operator out by sending requests.
+    """
     if getattr(request.ctx, "admin", False):
         return  # already checked for this request
     expected: str | None = request.app.ctx.settings.admin_token
     if not expected:
         raise NotFound()
+    given = _bearer(request)
+    # compare_digest on bytes: constant time whatever the token holds.
+    if given is not None and hmac.compare_digest(given.encode(), expected.encode()):
+        request.ctx.admin = True
+        return
+    challenge = {"WWW-Authenticate": 'Bearer realm="admin"'}
+    if given is None:
+        raise Unauthorized(headers=challenge)
     attempts: FailedAttempts = request.app.ctx.admin_attempts
     # Counted per client as the waitlist counts them: a whole IPv6 /64 is one guesser.
     client = client_key(client_address(request), request.app.ctx.settings.rate_limit_ipv6_prefix)
-    failed = locked = False
     try:
         wait = await attempts.refused(client)
-        if wait is None and not _token_matches(request, expected):
-            failed = True
-            locked = await attempts.fail(client)
+        locked = False if wait is not None else await attempts.fail(client)
     except Exception as error:  # the rate-limit storage is unreachable: no unlimited guessing
         log.warning("admin authentication could not be counted", exc_info=True)
         raise ServiceUnavailable() from error
     if wait is not None:
         raise TooManyRequests(wait)
-    if failed:
-        if locked:  # said once, when the client reaches the limit, not on every refusal after it
-            log.warning("admin authentication locked: too many failed attempts", extra={"client": client})
-        raise Unauthorized(headers={"WWW-Authenticate": 'Bearer realm="admin"'})
-    request.ctx.admin = True
+    if locked:  # said once, when the client reaches the limit, not on every refusal after it
+        log.warning("admin authentication locked: too many failed attempts", extra={"client": client})
+    raise Unauthorized(headers=challenge)
 
 
 def guard(app: Sanic[Any, Any]) -> None:

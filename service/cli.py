@@ -84,12 +84,19 @@ def serve_warnings(settings: Settings, workers: int, host: str = "127.0.0.1") ->
 
 def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from sanic import Sanic
+    from sanic.config import Config
     from sanic.worker.loader import AppLoader
 
-    from service import logs
+    from service import logs, proxies
     from service.app import create_app
+    from service.connections import GuardedProtocol
+    from service.shutdown import deadline_for
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
+    refused = proxies.misconfiguration(Config(), proxies.parse_networks(settings.trusted_proxies))
+    if refused is not None:
+        print(f"configuration error: {refused}", file=sys.stderr)
+        return 2
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
@@ -103,11 +110,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         run_worker=not args.no_worker,
         structured_logs=True,
         tune_collector=True,
+        shutdown_deadline=deadline_for(settings),
     )
     loader = AppLoader(factory=factory)
     app = loader.load()
     single = args.workers == 1
-    app.prepare(host=args.host, port=args.port, workers=args.workers, single_process=single)
+    # The cap on connections and the deadlines for slow clients (service.connections).
+    app.prepare(
+        host=args.host, port=args.port, workers=args.workers, single_process=single, protocol=GuardedProtocol
+    )
     if single:
         # One process, no manager: a signal to this pid reaches the only process serving.
         Sanic.serve_single(primary=app)

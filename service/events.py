@@ -48,6 +48,29 @@ from service.wire import omit_nulls
 # Every string member is held to the registrations' rule (service.text): no NUL, no lone surrogates.
 NonEmptyStr = Annotated[str, StringConstraints(min_length=1), AfterValidator(storable)]
 
+# An event id: what every database stores (64 characters) in characters that need no escaping in a
+# URL, a header, a log line or a dedupe key (README "Admin guide", "Publishing").
+EVENT_ID_MAX = 64
+EVENT_ID_PATTERN = r"^[A-Za-z0-9_.:-]{1,64}$"
+_EVENT_ID = re.compile(EVENT_ID_PATTERN)
+
+
+def _event_id(value: str) -> str:
+    if not _EVENT_ID.fullmatch(value):
+        raise PydanticCustomError(
+            "invalid", "Must be 1 to 64 characters, each a letter, a digit or one of _ . : -."
+        )
+    return value
+
+
+EventId = Annotated[
+    str,
+    StringConstraints(min_length=1),
+    AfterValidator(storable),  # NUL and lone surrogates are named as such first
+    AfterValidator(_event_id),
+    Field(json_schema_extra={"maxLength": EVENT_ID_MAX, "pattern": EVENT_ID_PATTERN}),
+]
+
 # RFC 3986 characters only, so a value the model accepts also passes a JSON Schema `format: uri`
 # check on the partner's side; the lowercase scheme keeps the schema's pattern and the model equal.
 _URL_PATTERN = r"^https?://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$"
@@ -140,7 +163,7 @@ class EventPayload(BaseModel):
     DEDUPE_PARTS: ClassVar[tuple[str, ...]]
     EXAMPLE: ClassVar[Mapping[str, object]]
 
-    eventId: NonEmptyStr = Field(description="Stable idempotency key; process each eventId once.")
+    eventId: EventId = Field(description="Stable idempotency key; process each eventId once.")
     event: str = Field(description=EVENT_DESCRIPTION)
     occurredAt: UtcTimestamp = Field(
         description="When the service recorded the event (ISO-8601 UTC, ending in Z)."

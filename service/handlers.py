@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from asyncio import CancelledError
 
 from sanic import HTTPResponse, Request
 from sanic.exceptions import SanicException
@@ -10,6 +11,7 @@ from sanic.handlers import ErrorHandler
 from sanic.response import json as json_response
 
 from service.cors import cors_headers
+from service.db.faults import unavailable
 from service.errors import ServiceError, from_domain
 from service.exceptions import DomainError
 
@@ -36,6 +38,11 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
     ``ServiceError`` it catches (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which
     answers the same bytes without Sanic's exception dispatch.
     """
+    if isinstance(exception, CancelledError):
+        # The client went away (Sanic's RequestCancelled): nobody reads this answer, and any client
+        # can do it at will, so it is a DEBUG line, never an ERROR, and counts in no metric.
+        log.debug("the client went away", extra={"path": request.path, "method": request.method})
+        return json_response({"ok": False, "message": _MESSAGES[400]}, status=400)
     if isinstance(exception, DomainError):
         exception = from_domain(exception)
     if isinstance(exception, ServiceError):
@@ -45,6 +52,17 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         status = exception.status_code
         body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
         headers = dict(getattr(exception, "headers", None) or {})
+    elif unavailable(exception):
+        # The storage cannot do the work now (unreachable, silent, full, read-only): the client may
+        # try again shortly; nothing was accepted. A fault of the machine's, not a bug: no ERROR.
+        status = 503
+        log.warning(
+            "storage unavailable",
+            exc_info=(type(exception), exception, exception.__traceback__),
+            extra={"path": request.path, "method": request.method},
+        )
+        body = {"ok": False, "message": _MESSAGES[503]}
+        headers = {}
     else:
         status = getattr(exception, "status_code", 500)
         status = status if isinstance(status, int) and status >= 500 else 500

@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from service.proxies import parse_networks
 from service.webhooks.retry import DEFAULT_SCHEDULE
 
 # The shortest admin token accepted: 32 characters of even a small alphabet are far beyond
@@ -124,6 +125,17 @@ class Settings(BaseSettings):
     cors_origins: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
         description="Comma-separated origins whose browser scripts may POST /api/waitlist.",
+    )
+    trusted_proxies: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description="Addresses or networks (comma-separated) whose forwarded headers are believed; "
+        "required when SANIC_PROXIES_COUNT or SANIC_REAL_IP_HEADER is set.",
+    )
+    max_connections: int = Field(
+        default=2000,
+        ge=1,
+        description="Open connections per server process (never above the file-descriptor limit "
+        "less a reserve); beyond it the longest-idle is closed.",
     )
     content_file: Path | None = Field(
         default=None,  # None: the packaged default
@@ -239,6 +251,21 @@ class Settings(BaseSettings):
         if any(delay < 0 for delay in value):
             raise ValueError("retry delays are seconds and cannot be negative")
         return value
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _proxy_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        try:
+            return tuple(str(network) for network in parse_networks(value))
+        except ValueError as error:
+            raise ValueError(f"SERVICE_TRUSTED_PROXIES: {error}") from None
 
     @field_validator("cors_origins", mode="before")
     @classmethod

@@ -26,6 +26,7 @@ from service.db.registrations import Intent, Registration, email_key
 from service.emails import check_email
 from service.errors import BadRequest, FieldError, ServiceError, ServiceUnavailable, TooManyRequests
 from service.handlers import error_response
+from service.proxies import trusted_peer
 from service.text import NOT_UNICODE_MESSAGE, storable
 from service.wire import omit_nulls
 
@@ -150,10 +151,12 @@ def trusts_proxies(config: Config) -> bool:
 
 
 def client_address(request: Request) -> str:
-    # remote_addr is filled only from the proxy headers Sanic is configured to trust
-    # (PROXIES_COUNT, REAL_IP_HEADER, FORWARDED_SECRET); otherwise it is empty and the peer counts.
-    # With none of them set, the headers are not parsed at all (a few µs a request).
-    if request.app.ctx.trusts_proxies:
+    # remote_addr is filled only from the proxy headers Sanic is configured to read
+    # (PROXIES_COUNT, REAL_IP_HEADER, FORWARDED_SECRET), and believed only when the connection's
+    # own peer is a trusted proxy (service.proxies); otherwise the peer counts. With none of the
+    # settings on, the headers are not parsed at all (a few µs a request).
+    ctx = request.app.ctx
+    if ctx.trusts_proxies and trusted_peer(request.ip, ctx.trusted_proxies):
         return request.remote_addr or request.ip
     return request.ip
 

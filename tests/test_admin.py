@@ -90,24 +90,46 @@ def test_with_the_token_routing_answers_as_usual(make_client, method, path, stat
 
 
 def test_failed_attempts_are_throttled_per_client(make_client, rate_limit_storage, caplog):
-    """Ten wrong tokens a minute answer 401; the eleventh, and then even the right token, 429."""
+    """Ten wrong tokens a minute answer 401; the eleventh wrong one 429, while the right token still
+    answers 200."""
     caplog.set_level("WARNING", logger="service.admin")
+    wrong = {"authorization": "Bearer wrong"}
     with make_client(admin_token=TOKEN, **rate_limit_storage) as client:
         for _ in range(5):  # successes are not counted
             assert client.get("/admin/waitlist", headers=AUTH).status_code == 200
-        statuses = [_send(client, "GET", f"/admin/guess{n}").status_code for n in range(10)]
-        refused = client.get("/admin/waitlist", headers={"authorization": "Bearer wrong"})
+        statuses = [_send(client, "GET", f"/admin/guess{n}", wrong).status_code for n in range(10)]
+        refused = client.get("/admin/waitlist", headers=wrong)
         with_token = client.get("/admin/waitlist", headers=AUTH)
         public = client.get("/api/v1")
     assert statuses == [401] * 10
-    for response in (refused, with_token):
-        assert (response.status_code, response.json) == (429, TOO_MANY)
-        assert 1 <= int(response.headers["retry-after"]) <= 60
+    assert (refused.status_code, refused.json) == (429, TOO_MANY)
+    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert (with_token.status_code, with_token.json) == (200, {"entries": []})
     assert public.status_code == 200
     locked = [record for record in caplog.records if record.name == "service.admin"]
     assert [(record.getMessage(), record.client) for record in locked] == [
         ("admin authentication locked: too many failed attempts", "127.0.0.1")
     ]
+
+
+@pytest.mark.parametrize(
+    ("before", "count", "then", "expected"),
+    [
+        ({}, 40, AUTH, [401] * 40 + [200]),  # bare requests count nothing
+        ({"authorization": "Bearer wrong"}, 30, AUTH, [401] * 10 + [429] * 20 + [200]),
+        ({"authorization": "Bearer wrong"}, 30, {"authorization": "Bearer wrong"}, [401] * 10 + [429] * 21),
+    ],
+    ids=["40-bare-then-right", "30-wrong-then-right", "30-wrong-then-wrong"],
+)
+def test_the_throttle_counts_wrong_tokens_only_and_never_refuses_the_right_one(
+    make_client, rate_limit_storage, before, count, then, expected
+):
+    """Only wrong tokens are throttled: 40 bare requests then the right token is 200; 30 wrong ones
+    turn to 429 after ten, and the right token is still 200."""
+    with make_client(admin_token=TOKEN, **rate_limit_storage) as client:
+        statuses = [client.get("/admin/waitlist", headers=before).status_code for _ in range(count)]
+        statuses.append(client.get("/admin/waitlist", headers=then).status_code)
+    assert statuses == expected
 
 
 def test_failed_attempts_are_counted_per_ipv6_64(monkeypatch, sqlite_url):
@@ -117,7 +139,8 @@ def test_failed_attempts_are_counted_per_ipv6_64(monkeypatch, sqlite_url):
     from tests.conftest import Client
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
-    with Client(create_app(Settings(database_url=sqlite_url, admin_token=TOKEN))) as client:
+    settings = Settings(database_url=sqlite_url, admin_token=TOKEN, trusted_proxies=("127.0.0.1",))
+    with Client(create_app(settings)) as client:
         statuses = [
             client.get(
                 "/admin/waitlist",
@@ -245,9 +268,12 @@ def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client)
 
 
 def test_an_unreachable_rate_limit_store_refuses_admin_requests(make_client, caplog):
-    """With the store down, failures cannot be counted: admin requests are 503, never unlimited."""
+    """With the store down, wrong tokens cannot be counted: they are 503, never unlimited guesses;
+    the right token needs no counting and is answered."""
     with make_client(admin_token=TOKEN, rate_limit_storage="redis://127.0.0.1:9/0") as client:
-        response = client.get("/admin/waitlist", headers=AUTH)
+        response = client.get("/admin/waitlist", headers={"authorization": "Bearer wrong"})
+        with_token = client.get("/admin/waitlist", headers=AUTH)
+    assert with_token.status_code == 200
     assert (response.status_code, response.json) == (
         503,
         {"ok": False, "message": "The service is briefly unavailable; try again shortly."},

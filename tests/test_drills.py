@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.drills import delivery, hostile, partners, ratelimit, registrations
+from benchmarks.drills import delivery, hostile, network, partners, ratelimit, registrations
 from benchmarks.drills.report import Report
 
 pytestmark = pytest.mark.slow
@@ -113,3 +113,19 @@ def test_two_processes_sharing_redis_enforce_one_limit(tmp_path: Path) -> None:
     assert numbers["answers by status"] == {200: plan.limit, 429: plan.requests - plan.limit}
     assert numbers["rows stored"] == plan.limit
     assert all(count > 0 for count in numbers["accepted per server"].values())
+
+
+def test_a_network_that_lies_costs_bounded_503s_and_loses_nothing(tmp_path: Path) -> None:
+    """A silent database link, a frozen database and Redis down, one after the other: /readyz falls
+    within 15 s naming the part, service resumes within 30 s of each heal with no restart, every 200
+    is stored and every accepted event delivered."""
+    if not POSTGRES_URL or not REDIS_URL:
+        pytest.skip("SERVICE_TEST_POSTGRES_URL and SERVICE_TEST_REDIS_URL are needed for this drill")
+    report = _proved(network.run(tmp_path, network.SHORT, POSTGRES_URL, REDIS_URL))
+    numbers = report.numbers
+    for fault in ("silent link", "frozen database", "Redis down"):
+        assert numbers[f"{fault}: /readyz 503 after (s)"] <= network.READY_FALLS_WITHIN
+        assert numbers[f"{fault}: first 200 after the heal (s)"] <= network.RESUMES_WITHIN
+    assert numbers["answered 200 but missing"] == 0
+    assert numbers["slowest answer (s)"] <= network.ANSWER_WITHIN
+    assert numbers["events accepted (202)"] > 0

@@ -69,7 +69,9 @@ def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_li
     from service.settings import Settings
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
-    settings = Settings(database_url=sqlite_url, waitlist_rate_limit="1/minute", **rate_limit_storage)
+    settings = Settings(
+        database_url=sqlite_url, waitlist_rate_limit="1/minute", trusted_proxies=("127.0.0.1",), **rate_limit_storage
+    )
     with Client(create_app(settings)) as client:
         statuses = [
             post(client, headers={"x-forwarded-for": address}).status_code
@@ -416,7 +418,7 @@ def _proxied(monkeypatch, sqlite_url, **options):
     from service.app import create_app
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
-    return Client(create_app(Settings(database_url=sqlite_url, **options)))
+    return Client(create_app(Settings(database_url=sqlite_url, trusted_proxies=("127.0.0.1",), **options)))
 
 
 def test_twenty_five_addresses_of_one_ipv6_64_are_one_client(monkeypatch, sqlite_url, rate_limit_storage):

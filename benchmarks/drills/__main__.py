@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks.drills import delivery, hostile, partners, ratelimit, registrations, stores
+from benchmarks.drills import delivery, hostile, network, partners, ratelimit, registrations, stores
 from benchmarks.drills.report import Report
 
 Drill = Callable[[Path, bool], list[Report]]
@@ -47,12 +47,18 @@ def _ratelimit(workdir: Path, short: bool) -> list[Report]:
     return [ratelimit.run(workdir, ratelimit.SHORT if short else ratelimit.FULL, stores.redis_url())]
 
 
+def _network(workdir: Path, short: bool) -> list[Report]:
+    plan = network.SHORT if short else network.FULL
+    return [network.run(workdir, plan, stores.postgres_url(), stores.redis_url())]
+
+
 DRILLS: dict[str, Drill] = {
     "registrations": _registrations,
     "delivery": _delivery,
     "hostile": _hostile,
     "hostile partners": _partners,
     "ratelimit": _ratelimit,
+    "network": _network,
 }
 
 

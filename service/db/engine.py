@@ -23,9 +23,11 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import event, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from service.db.faults import timed_out
 
 MIGRATIONS = "service.db:migrations"
 # How long a SQLite connection waits for another process's write lock before giving up; two server
@@ -34,6 +36,24 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 # How long opening a PostgreSQL connection may take (asyncpg's default is 60 s): with the server
 # unreachable, a registration is answered 503 after this, not after a minute.
 POSTGRESQL_CONNECT_TIMEOUT_S = 10.0
+# No wait on PostgreSQL is unbounded (docs/architecture.md "Faults and slow clients"): each command
+# waits at most this long for its answer (asyncpg's command_timeout; a silent link is otherwise
+# waited on for ever), and the connection it timed out on is closed, never reused.
+POSTGRESQL_COMMAND_TIMEOUT_S = 10.0
+# What the server itself enforces on every session: a statement running longer, or a transaction
+# left open and idle longer (its client gone silent, its row locks held), is ended by PostgreSQL.
+# About the delivery lease (twice the default attempt timeout plus a margin), so a worker's
+# transaction is never cut short while its claims hold.
+POSTGRESQL_STATEMENT_TIMEOUT_MS = 35_000
+# TCP keepalives on the server's side of each connection: a client host that vanished is noticed
+# after about a minute (idle 30 s, then 5 probes 6 s apart) and its session ended.
+POSTGRESQL_SERVER_SETTINGS = {
+    "statement_timeout": str(POSTGRESQL_STATEMENT_TIMEOUT_MS),
+    "idle_in_transaction_session_timeout": str(POSTGRESQL_STATEMENT_TIMEOUT_MS),
+    "tcp_keepalives_idle": "30",
+    "tcp_keepalives_interval": "6",
+    "tcp_keepalives_count": "5",
+}
 
 
 def async_url(database_url: str) -> URL:
@@ -101,8 +121,13 @@ def sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
     cursor.close()
 
 
-def create_engine(database_url: str, **options: Any) -> AsyncEngine:
-    """The async engine for the operator's URL; its errors never carry statement parameters."""
+def create_engine(database_url: str, *, bounded: bool = False, **options: Any) -> AsyncEngine:
+    """The async engine for the operator's URL; its errors never carry statement parameters.
+
+    ``bounded`` (the server and the worker) gives every PostgreSQL command and transaction its
+    time limit and the session its keepalives; migrations and the operator's commands, which may
+    rightly run for minutes, go without.
+    """
     url = async_url(database_url)
     # Parameters hold partner secrets and registrants' addresses; an error that reaches a log must
     # name the statement only.
@@ -116,10 +141,25 @@ def create_engine(database_url: str, **options: Any) -> AsyncEngine:
         return engine
     connect_args = options.setdefault("connect_args", {})
     connect_args.setdefault("timeout", POSTGRESQL_CONNECT_TIMEOUT_S)
+    if bounded:
+        connect_args.setdefault("command_timeout", POSTGRESQL_COMMAND_TIMEOUT_S)
+        connect_args.setdefault("server_settings", dict(POSTGRESQL_SERVER_SETTINGS))
+        # A pool waits this long for a free connection, not SQLAlchemy's 30 s.
+        options.setdefault("pool_timeout", POSTGRESQL_COMMAND_TIMEOUT_S)
     options.setdefault("pool_size", 10)
     options.setdefault("max_overflow", 10)
     options.setdefault("pool_pre_ping", True)
-    return create_async_engine(url, **options)
+    engine = create_async_engine(url, **options)
+    event.listen(engine.sync_engine, "handle_error", _timed_out_is_disconnect)
+    return engine
+
+
+def _timed_out_is_disconnect(context: ExceptionContext) -> None:
+    # asyncpg leaves a connection whose command timed out waiting on a cancel request, which a
+    # silent link never answers: every later use would wait behind it. Counted as a disconnect,
+    # SQLAlchemy closes it and the pool opens a fresh one (also when the pool's pre-ping timed out).
+    if timed_out(context.original_exception):
+        context.is_disconnect = True
 
 
 def alembic_config(database_url: str) -> Config:
@@ -227,3 +267,29 @@ async def reachable(engine: AsyncEngine) -> bool:
     except Exception:
         return False
     return True
+
+
+class Probe:
+    """``SELECT 1`` answered within ``within`` seconds, whatever the database does.
+
+    A ping that has not answered in time is left to end by itself (its command timeout ends it, and
+    its connection is replaced); the next probe waits on the same ping rather than piling up more
+    on a link that does not answer.
+    """
+
+    def __init__(self, engine: AsyncEngine, within: float) -> None:
+        self._engine = engine
+        self._within = within
+        self._ping: asyncio.Task[bool] | None = None
+
+    async def answers(self) -> bool:
+        if self._ping is None or self._ping.done():
+            self._ping = asyncio.get_running_loop().create_task(reachable(self._engine))
+        done, _ = await asyncio.wait({self._ping}, timeout=self._within)
+        return bool(done) and self._ping.result()
+
+    async def close(self) -> None:
+        if self._ping is not None and not self._ping.done():
+            self._ping.cancel()
+            with contextlib.suppress(BaseException):
+                await self._ping

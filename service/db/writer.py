@@ -39,6 +39,9 @@ from service.db.engine import sqlite_pragmas
 from service.db.registrations import UPSERT, Registration, batch_order
 from service.db.tables import registrations
 
+# Seconds a registration batch may wait for its commit on PostgreSQL (docs/architecture.md "Faults
+# and slow clients"): a dead link then costs a few 503s, never a hung registration.
+COMMIT_TIMEOUT_S = 5.0
 # The statement's parameters, in the order of each row tuple.
 PARAMETERS = ("email", "email_key", "intent", "project", "message", "created_at", "updated_at")
 
@@ -172,11 +175,18 @@ class SQLiteWriter:
 
 
 class AsyncpgWriter:
-    """One asyncpg connection held for the writer; a batch is one atomic ``executemany``."""
+    """One asyncpg connection held for the writer; a batch is one atomic ``executemany``.
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    A batch waits at most ``COMMIT_TIMEOUT_S`` for its commit. A connection that failed for any
+    reason but the rows themselves (a timeout, a lost link) is closed and a fresh one opened for
+    the next batch: asyncpg keeps a timed-out connection waiting on its cancel request, which a
+    silent link never answers.
+    """
+
+    def __init__(self, engine: AsyncEngine, commit_timeout: float | None = None) -> None:
         self._engine = engine
         self._upsert = Upsert(engine.dialect)
+        self._commit_timeout = COMMIT_TIMEOUT_S if commit_timeout is None else commit_timeout
         self._connection: AsyncConnection | None = None
         self._driver: Any = None  # the asyncpg.Connection under ``_connection``
 
@@ -184,9 +194,7 @@ class AsyncpgWriter:
         rows = self._upsert.rows(entries)
         try:
             await self._executemany(rows)
-        except Exception:
-            if self._connection is not None:  # still connected: the batch itself failed
-                raise
+        except ServerClosed:
             # The server ended the connection (a restart, a failover): once more on a new one. The
             # upsert is idempotent, so a batch that committed before the loss is only written again.
             await self._executemany(rows)
@@ -196,11 +204,16 @@ class AsyncpgWriter:
             connection = await self._engine.connect()
             self._driver = (await connection.get_raw_connection()).driver_connection
             self._connection = connection
+        driver = self._driver
         try:
-            await self._driver.executemany(self._upsert.sql, rows)
-        except BaseException:
-            if self._driver.is_closed():
-                await self._release(invalidate=True)
+            await driver.executemany(self._upsert.sql, rows, timeout=self._commit_timeout)
+        except BaseException as error:
+            if refused_rows(error):
+                raise  # the rows' fault: the connection is sound
+            closed = driver.is_closed()
+            await self._release(invalidate=True)
+            if closed and isinstance(error, Exception):
+                raise ServerClosed() from error
             raise
 
     async def _release(self, *, invalidate: bool = False) -> None:
@@ -212,6 +225,10 @@ class AsyncpgWriter:
 
     async def close(self) -> None:
         await self._release()
+
+
+class ServerClosed(Exception):
+    """The server closed the writer's connection under a batch."""
 
 
 def registration_writer(engine: AsyncEngine) -> RegistrationWriter:

@@ -170,13 +170,13 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _work(settings: Settings, args: argparse.Namespace) -> int:
     """Deliver until SIGINT or SIGTERM, with /healthz, /readyz and /metrics on the worker's port."""
-    from service import collector
+    from service import collector, shutdown
     from service.db.engine import create_engine
     from service.metrics import Metrics
     from service.webhooks import worker_http
     from service.webhooks.worker import Worker
 
-    engine = create_engine(settings.database_url)
+    engine = create_engine(settings.database_url, bounded=True)
     keyring = load_keyring(settings)
     async with engine.begin() as conn:  # what migration 0005 moved in plaintext
         await seal_plaintext(conn, keyring)
@@ -212,6 +212,7 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
             host, port = runner.addresses[0][:2]
             log.info("delivering webhooks", extra={"health": f"http://{host}:{port}/healthz"})
             await stop.wait()
+            shutdown.arm(shutdown.deadline_for(settings))  # ends the process even on a dead link
             await worker.stop()
         finally:
             await runner.cleanup()

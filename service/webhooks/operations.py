@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -98,7 +98,10 @@ def _moment(data: Mapping[str, Any], name: str) -> datetime:
         moment = None
     if moment is None or moment.utcoffset() is None:
         raise invalid(name, "invalid", "Must be an ISO-8601 timestamp with Z or a UTC offset.")
-    return moment
+    try:  # what every database stores: years 1 to 9999 in UTC, after the offset is applied
+        return moment.astimezone(UTC)
+    except OverflowError:
+        raise invalid(name, "invalid", "Must fall within the years 1 to 9999 in UTC.") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -124,9 +124,11 @@ def parse_partner_url(text: str, *, allow_private: bool) -> URL:
     try:
         url = URL(text)
         host = url.raw_host
-        _ = url.port  # a malformed port only shows when it is read
+        port = url.port  # a malformed port only shows when it is read
     except (ValueError, TypeError):
         raise UnsafeURL("invalid_url", "Must be an absolute URL.") from None
+    if port is not None and not 1 <= port <= 65535:  # yarl reads "0" and never checks the range
+        raise UnsafeURL("invalid_url", "Must name a port from 1 to 65535.")
     schemes = ("https", "http") if allow_private else ("https",)
     if url.scheme not in schemes:
         raise UnsafeURL(

@@ -175,6 +175,7 @@ class Worker:
         self.next_prune: datetime | None = None  # by the clock; set when run() starts
         self.pruned = asyncio.Event()  # set after each pruning, done or failed (for tests)
         self.last_turn = time.monotonic()  # when the bookkeeper last turned (the worker's /healthz)
+        self.failing = False  # the last transaction failed (the server's and worker's /readyz)
         self._task: asyncio.Task[int] | None = None
         self._stopping = False
         self._grace = settings.webhook_timeout + 1  # for attempts in flight at stop
@@ -288,10 +289,12 @@ class Worker:
                 try:
                     jobs = await self._turn(claim)
                 except Exception:
+                    self.failing = True
                     log.exception("the outbox is unreachable; trying again shortly")
                     self._drop_stale_records()
                     await self._pause(self.poll_interval)
                     continue
+                self.failing = False
                 if claim:
                     last_claim, drained = loop.time(), not jobs
                 if self.settled > settled and not claim:

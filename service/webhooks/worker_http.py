@@ -6,7 +6,8 @@ with aiohttp, which the sender already uses:
 - ``/healthz``: 200 while the worker's loop has turned within the last ``stale_after`` seconds,
   503 once it has not; a supervisor restarts a worker stuck on something that never returns. An
   idle loop still turns every poll interval, so only a stuck one goes quiet.
-- ``/readyz``: 200 while the database answers, 503 otherwise.
+- ``/readyz``: 200 while the database answers ``SELECT 1`` within 1.5 s and the loop's last
+  transaction did not fail, 503 otherwise.
 - ``/metrics``: the worker's own counters (attempts by partner and outcome, attempt durations),
   the outbox and partner gauges read at scrape time (``service.webhooks.scrape``), and the loop's
   own: ``service_webhook_worker_last_turn_timestamp_seconds`` (Unix time of its last turn) beside
@@ -28,12 +29,14 @@ from prometheus_client import Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.clock import Clock
-from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, reachable
+from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, Probe
 from service.metrics import CONTENT_TYPE, Metrics
 from service.webhooks.scrape import refresh_gauges
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001  # the server's default is 8000
+PROBE_WITHIN = 1.5  # /readyz answers within 2 s whatever the database does
+FAILING = "The delivery worker's last turn failed."
 LIVENESS_TURNS = 5  # poll intervals without a turn before the loop counts as stuck
 # A turn may also wait this long on the database without being stuck: a PostgreSQL connection
 # attempt gives up after its connect timeout, a SQLite write after its busy timeout.
@@ -82,10 +85,13 @@ def create_app(
         return web.json_response({"ok": True, "sinceTurn": quiet})
 
     async def readyz(request: web.Request) -> web.Response:
-        if await reachable(engine):
-            return web.json_response({"ok": True, "database": "up"})
-        body = {"ok": False, "message": "The database is not reachable.", "database": "down"}
-        return web.json_response(body, status=503)
+        if not await probe.answers():
+            body = {"ok": False, "message": "The database is not reachable.", "database": "down"}
+            return web.json_response(body, status=503)
+        if getattr(heartbeat, "failing", False):  # SELECT 1 answers, but the loop's transactions fail
+            body = {"ok": False, "message": FAILING, "database": "up", "delivery": "failing"}
+            return web.json_response(body, status=503)
+        return web.json_response({"ok": True, "database": "up"})
 
     def last_turn() -> float:
         """The wall-clock time of the last turn, by the clock the worker runs on."""
@@ -97,7 +103,9 @@ def create_app(
         metrics.ready.set(1 if await refresh_gauges(engine, metrics, clock()) else 0)
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
+    probe = Probe(engine, within=PROBE_WITHIN)
     app = web.Application()
+    app.on_cleanup.append(lambda app: probe.close())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", scrape)

@@ -1,0 +1,185 @@
+"""Slow clients: a cap on open connections, and absolute deadlines for a request to arrive.
+
+Sanic restarts its request timer on every byte, so a client trickling one byte every few seconds
+holds a connection for ever, and nothing caps how many it may hold: a thousand such clients use up
+the process's file descriptors and lock everyone else out. ``GuardedProtocol`` (passed to Sanic as
+its protocol, a public option of ``app.prepare``) adds what is missing (docs/architecture.md
+"Faults and slow clients"):
+
+- at most ``limit`` open connections per process; when a new one would exceed it, the connection
+  that has been quiet longest is closed, so a new client always finds room;
+- a request's headers must arrive within ``HEADERS_WITHIN`` seconds of its first byte, and its body
+  within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
+  closed.
+
+The protocol learns that a request's headers are in when Sanic builds its request object, and
+that its body is in when ``receive_body`` returns: ``GuardedRequest`` (Sanic's documented
+``request_class`` hook) tells it. Everything here is Sanic's public surface: the protocol class it
+documents for subclassing, asyncio's protocol callbacks, and the request class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+from typing import Any
+
+from sanic import Request
+from sanic.exceptions import BadRequest
+from sanic.server.protocols.http_protocol import HttpProtocol
+
+from service.framing import framing_fault
+
+log = logging.getLogger(__name__)
+
+SWEEP_EVERY = 0.5  # seconds between deadline checks: a deadline is kept to within this
+HEADERS_WITHIN = 10.0  # seconds from a request's first byte to the end of its headers
+BODY_WITHIN = 30.0  # seconds from a request's first byte to the end of its body
+# File descriptors a server process keeps for what is not a client connection: the database pool,
+# Redis, log and SQLite files, the listening socket, and the delivery worker's connections to
+# partners (its sender pool) when it runs in the process.
+RESERVE = 128
+WORKER_RESERVE = 512
+
+
+def connection_limit(wanted: int, run_worker: bool, descriptors: int | None = None) -> int:
+    """``wanted``, never more than the soft descriptor limit less the reserve (and at least 1)."""
+    if descriptors is None:
+        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if descriptors == resource.RLIM_INFINITY:
+        return wanted
+    reserve = RESERVE + (WORKER_RESERVE if run_worker else 0)
+    return max(1, min(wanted, descriptors - reserve))
+
+
+class Registry:
+    """The open connections of one server process, the cap over them, and the sweep that holds
+    them to their deadlines (once a second: no timer is set or cancelled per request)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open: set[GuardedProtocol] = set()
+        self.evicted = 0  # connections closed to make room (for tests and the log)
+        self._sweep: asyncio.TimerHandle | None = None
+
+    def start(self) -> None:
+        self._sweep = asyncio.get_running_loop().call_later(SWEEP_EVERY, self._expire)
+
+    def stop(self) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for held in [held for held in self.open if held.overdue(now)]:
+            held.drop()
+        self.start()
+
+    def admit(self, newcomer: GuardedProtocol) -> None:
+        self.open.add(newcomer)
+        if len(self.open) <= self.limit:
+            return
+        quietest = min((held for held in self.open if held is not newcomer), key=lambda held: held.active_at)
+        self.evicted += 1
+        log.debug("connection limit reached: closing the longest-idle one", extra={"limit": self.limit})
+        quietest.drop()
+
+
+class GuardedProtocol(HttpProtocol):
+    """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
+
+    __slots__ = ("_began", "_headers_in", "active_at", "after_chunked")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.active_at = time.monotonic()
+        self._began: float | None = None  # first byte of the request being received
+        self._headers_in = False
+        self.after_chunked = False  # the last request's body was chunked: no request may follow
+
+    # asyncio's protocol callbacks --------------------------------------------------------------
+
+    def connection_made(self, transport: Any) -> None:
+        super().connection_made(transport)  # type: ignore[no-untyped-call]
+        registry: Registry | None = getattr(self.app.ctx, "connections", None)
+        if registry is not None:
+            registry.admit(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.active_at = time.monotonic()
+        if self._began is None and data:
+            self._began, self._headers_in = self.active_at, False
+        super().data_received(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        registry: Registry | None = getattr(self.app.ctx, "connections", None)
+        if registry is not None:
+            registry.open.discard(self)
+        super().connection_lost(exc)  # type: ignore[no-untyped-call]
+
+    # what GuardedRequest reports -----------------------------------------------------------------
+
+    def headers_in(self, with_body: bool) -> None:
+        if self._began is None:  # a request that came in one read: its clock started there
+            self._began = time.monotonic()
+        self._headers_in = True
+        if not with_body:
+            self._began = None
+
+    def body_in(self) -> None:
+        self._began = None
+
+    def overdue(self, now: float) -> bool:
+        """Whether the request being received has missed its deadline (headers, then body)."""
+        began = self._began
+        if began is None:
+            return False
+        late = now - began > (BODY_WITHIN if self._headers_in else HEADERS_WITHIN)
+        if late:
+            part = "body" if self._headers_in else "headers"
+            log.debug("a request's %s did not arrive in time: closing the connection", part)
+        return late
+
+    def drop(self) -> None:
+        """Close the connection now, whatever it was doing."""
+        self._began = None
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+
+
+class GuardedRequest(Request):
+    """Sanic's request, its framing checked (``service.framing``), telling ``GuardedProtocol`` when
+    the headers and the body are in.
+
+    Raised while Sanic is still reading the request, a ``BadRequest`` answers 400 and closes the
+    connection (Sanic keeps no connection alive after an error in reading a request).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.head:
+            return  # the empty request Sanic makes to answer an error: nothing was read
+        protocol = self.transport.get_protocol() if self.transport is not None else None
+        guard = protocol if isinstance(protocol, GuardedProtocol) else None
+        fault = framing_fault(self.head)
+        if fault is None and guard is not None and guard.after_chunked:
+            fault = "a request after a chunked body on the same connection"
+        if fault is not None:
+            log.debug("request framing refused: %s", fault)
+            if guard is not None:
+                guard.body_in()
+            raise BadRequest("Bad Request")
+        if guard is not None:
+            chunked = "transfer-encoding" in self.headers
+            length = self.headers.get("content-length")
+            guard.after_chunked = chunked
+            guard.headers_in(chunked or (length is not None and length.strip() != "0"))
+
+    async def receive_body(self) -> None:
+        await super().receive_body()  # type: ignore[no-untyped-call]
+        protocol = self.transport.get_protocol() if self.transport is not None else None
+        if isinstance(protocol, GuardedProtocol):
+            protocol.body_in()

@@ -1,0 +1,54 @@
+"""Request framing the service refuses: what two HTTP parsers could read differently.
+
+A proxy in front and the server behind it must agree where each request ends; where they could
+disagree, a request can be smuggled inside another. Sanic is lenient in a few places, so the raw
+head of every request is checked before Sanic acts on it (``service.connections.GuardedRequest``),
+and a fault answers 400 and closes the connection (docs/architecture.md "Faults and slow
+clients"):
+
+- a header name that is not an RFC 9110 token (whitespace before the colon, as in
+  ``Transfer-Encoding : chunked``, which Sanic would ignore and fall back to Content-Length);
+- an obsolete continuation line (a line starting with a space or a tab);
+- a bare CR or LF inside a line;
+- a ``Content-Length`` that is not ASCII digits (Python's ``int`` reads ``٢`` as 2);
+- more than one ``Content-Length``, or ``Content-Length`` beside ``Transfer-Encoding``.
+
+What Sanic reads of a chunked body is not seen here (the CRLF after each chunk's data is not
+checked), so a connection that carried a chunked body serves no further request: the shipped nginx
+configuration sends bodies with a length and refuses malformed chunks before they get here.
+"""
+
+from __future__ import annotations
+
+import re
+
+# RFC 9110 section 5.6.2: every header line is a token, a colon and a value without CR or LF. The
+# whole block is matched at once: 12 µs for a ten-header head here, where a loop over the lines
+# took 24 µs (a loaded two-core machine).
+_FIELDS = re.compile(rb"(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*)*")
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)", re.IGNORECASE)
+_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding:", re.IGNORECASE)
+
+
+def framing_fault(head: bytes) -> str | None:
+    """Why the request head (request line and header lines, CRLF-separated) is refused; None if
+    it is not."""
+    start = head.find(b"\r\n")
+    if start == -1:
+        return None  # a request line alone
+    fields = head[start:]
+    if b"\r\n " in fields or b"\r\n\t" in fields:
+        return "a header continuation line"
+    crlf = fields.count(b"\r\n")
+    if fields.count(b"\r") != crlf or fields.count(b"\n") != crlf:
+        return "a bare CR or LF in a header line"
+    if not _FIELDS.fullmatch(fields):
+        return "a header name that is not a token"
+    lengths = _LENGTH.findall(fields)
+    if any(not length.isdigit() for length in lengths):  # bytes.isdigit is ASCII only
+        return "a Content-Length that is not ASCII digits"
+    if len(lengths) > 1:
+        return "more than one Content-Length"
+    if lengths and _TRANSFER_ENCODING.search(fields):
+        return "both Content-Length and Transfer-Encoding"
+    return None

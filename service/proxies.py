@@ -1,0 +1,65 @@
+"""Which peers' forwarded headers are believed: ``SERVICE_TRUSTED_PROXIES``.
+
+Sanic reads client addresses from ``X-Forwarded-For``, ``Forwarded`` or ``REAL_IP_HEADER`` once one
+of its proxy settings is on (``SANIC_PROXIES_COUNT``, ``SANIC_REAL_IP_HEADER``,
+``SANIC_FORWARDED_SECRET``). Anyone who can reach the port directly could then pick their own
+address on every request and dodge every per-client limit. So the headers count only when the
+connection's own peer is one of the trusted proxies (addresses or networks); from anyone else the
+peer address is the client. A proxy setting without any trusted proxy stops the start, with the
+reason (docs/architecture.md "Faults and slow clients").
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the settings import this module, and analytics the settings: no server here
+    from sanic.config import Config
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
+    """Addresses (one-address networks) or networks in CIDR form; ValueError names the bad one."""
+    networks = []
+    for value in values:
+        try:
+            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+        except ValueError:
+            raise ValueError(f"not an address or network: {value.strip()!r}") from None
+    return tuple(networks)
+
+
+def header_settings(config: Config) -> list[str]:
+    """Sanic's proxy settings that turn forwarded-header parsing on, by their variable names."""
+    named = {
+        "SANIC_PROXIES_COUNT": config.PROXIES_COUNT,
+        "SANIC_REAL_IP_HEADER": config.REAL_IP_HEADER,
+        "SANIC_FORWARDED_SECRET": config.FORWARDED_SECRET,
+    }
+    return [name for name, value in named.items() if value]
+
+
+def misconfiguration(config: Config, trusted: tuple[Network, ...]) -> str | None:
+    """Why the start must stop, in one line; None when the proxy settings agree."""
+    counting = [name for name in header_settings(config) if name != "SANIC_FORWARDED_SECRET"]
+    if counting and not trusted:
+        return (
+            f"{' and '.join(counting)} is set but SERVICE_TRUSTED_PROXIES is empty: forwarded "
+            "addresses would be believed from anyone; list the proxies' addresses or networks in "
+            "SERVICE_TRUSTED_PROXIES, or unset it"
+        )
+    return None
+
+
+def trusted_peer(peer: str, trusted: tuple[Network, ...]) -> bool:
+    """Whether the connection's own peer address is one of the trusted proxies."""
+    try:
+        address = ipaddress.ip_address(peer.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return any(address in network for network in trusted)

@@ -1,0 +1,247 @@
+"""The server on a link that lies: a PostgreSQL connection that goes silent, a full disk.
+
+The server runs as a child process (``python -m service serve``), as in production; PostgreSQL is
+reached through a TCP proxy in the test that can stop forwarding without closing anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import signal
+import sqlite3
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy.engine import make_url
+
+from service.db.engine import migrate
+from tests.conftest import POSTGRES_URL, RUN_ID
+from tests.faultproxy import SilentProxy
+from tests.processes import free_port, kill, start_server, wait_ready
+from tests.scratch import admin_execute
+from tests.webhook_helpers import ADMIN_TOKEN, AUTH, TEST_SECRETS_KEY, Receiver, room_claimed
+
+# What the design asks of a silent link (README "Faults and slow clients").
+READY_FALLS_WITHIN = 15.0  # /readyz says 503 this soon after the link goes silent
+RESUMES_WITHIN = 30.0  # registrations and delivery work again this soon after it heals
+ATTEMPT_TIMEOUT = 5.0  # SERVICE_WEBHOOK_TIMEOUT in these tests; the shutdown deadline is this + 10 s
+SHUTDOWN_DEADLINE = ATTEMPT_TIMEOUT + 10.0
+
+
+def poll(check: Callable[[], Any], within: float, every: float = 0.2) -> Any:
+    """The first truthy ``check()`` before ``within`` seconds pass; None if none was."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(every)  # polling a condition against a deadline, not waiting for time to pass
+    return None
+
+
+@pytest.fixture
+def scratch_postgres() -> Iterator[str]:
+    """A migrated database of this test's own on the machine's PostgreSQL."""
+    if not POSTGRES_URL:
+        pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
+    name = f"service_faults_{RUN_ID}_{uuid.uuid4().hex[:6]}"
+    asyncio.run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
+    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
+    migrate(url)
+    yield url
+    asyncio.run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+def _through(url: str, proxy: SilentProxy) -> str:
+    return make_url(url).set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+
+
+async def _stored_emails(url: str) -> set[str]:
+    import asyncpg
+
+    parsed = make_url(url)
+    conn = await asyncpg.connect(
+        host=parsed.host, port=parsed.port or 5432, user=parsed.username, database=parsed.database
+    )
+    try:
+        return {row["email"] for row in await conn.fetch("SELECT email FROM registrations")}
+    finally:
+        await conn.close()
+
+
+class Server:
+    """`python -m service serve` in a child process, and an HTTP client for it."""
+
+    def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+        self.port = free_port()
+        self.process = start_server(self.port, env, log=log)
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=70.0)
+
+    def register(self, email: str) -> int:
+        return self.http.post("/api/waitlist", json={"email": email, "intent": "claim"}).status_code
+
+    def ready(self) -> httpx.Response:
+        return self.http.get("/readyz")
+
+    def close(self) -> None:
+        self.http.close()
+        if self.process.poll() is None:
+            kill(self.process)
+
+
+def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: str, tmp_path: Path) -> None:
+    """While the link to PostgreSQL is silent /readyz says 503 within 15 s; once it forwards again
+    registrations and delivery work within 30 s with no restart; no 200 without a committed row."""
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy, Receiver() as receiver:
+        env = {
+            "SERVICE_DATABASE_URL": _through(scratch_postgres, proxy),
+            "SERVICE_SECRETS_KEY": TEST_SECRETS_KEY,
+            "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "SERVICE_WEBHOOK_ALLOW_PRIVATE_URLS": "1",
+            "SERVICE_WEBHOOK_TIMEOUT": str(ATTEMPT_TIMEOUT),
+            "SERVICE_WEBHOOK_RETRY_SCHEDULE": "1,1,1,1,1",
+            "SERVICE_WAITLIST_RATE_LIMIT": "10000/minute",
+        }
+        server = Server(env, tmp_path / "serve.log")
+        try:
+            wait_ready(f"http://127.0.0.1:{server.port}/readyz", server.process)
+            partner = server.http.post(
+                "/admin/partners", json={"name": "P", "url": receiver.url()}, headers=AUTH
+            )
+            assert partner.status_code == 201, partner.text
+            accepted: set[str] = set()
+            assert server.register("before@example.com") == 200
+            accepted.add("before@example.com")
+
+            proxy.silence()
+            silent_at = time.monotonic()
+            answers: list[int] = []
+            for number in range(3):  # registrations meet the dead link: each is answered, in bounded time
+                email = f"silent{number}@example.com"
+                status = server.register(email)
+                answers.append(status)
+                if status == 200:
+                    accepted.add(email)
+            assert set(answers) <= {200, 503}
+            fell = poll(lambda: server.ready().status_code == 503, within=READY_FALLS_WITHIN)
+            assert fell, "/readyz did not say 503 while the database link was silent"
+            assert time.monotonic() - silent_at < READY_FALLS_WITHIN + 3 * 70  # each answer above was bounded
+            body = server.ready().json()
+            assert body["ok"] is False and body["database"] == "down"
+
+            proxy.heal()
+            healed_at = time.monotonic()
+            emails = iter(f"after{number}@example.com" for number in range(10_000))
+
+            def registers() -> bool:
+                email = next(emails)
+                if server.register(email) == 200:
+                    accepted.add(email)
+                    return True
+                return False
+
+            assert poll(registers, within=RESUMES_WITHIN), "registrations did not resume after the heal"
+
+            def publishes() -> bool:
+                return server.http.post("/admin/events", json=room_claimed(), headers=AUTH).status_code == 202
+
+            assert poll(publishes, within=RESUMES_WITHIN - (time.monotonic() - healed_at))
+            left = RESUMES_WITHIN - (time.monotonic() - healed_at)
+            assert receiver.wait_for(lambda requests: len(requests) >= 1, timeout=max(left, 0.0)), (
+                "no delivery reached the partner after the heal"
+            )
+            assert poll(lambda: server.ready().status_code == 200, within=RESUMES_WITHIN)
+            assert server.process.poll() is None  # no restart
+        finally:
+            server.close()
+        stored = asyncio.run(_stored_emails(scratch_postgres))
+        assert accepted <= stored, f"answered 200 but not stored: {accepted - stored}"
+
+
+def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_postgres: str, tmp_path: Path) -> None:
+    """SIGTERM ends the server within the attempt timeout plus its margin while the link is silent."""
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
+        env = {
+            "SERVICE_DATABASE_URL": _through(scratch_postgres, proxy),
+            "SERVICE_SECRETS_KEY": TEST_SECRETS_KEY,
+            "SERVICE_WEBHOOK_TIMEOUT": str(ATTEMPT_TIMEOUT),
+        }
+        server = Server(env, tmp_path / "serve.log")
+        try:
+            assert server.register("before@example.com") == 200
+            proxy.silence()
+            quick = httpx.Client(base_url=server.http.base_url, timeout=1.0)
+            with quick, pytest.raises(httpx.TimeoutException):  # a registration waits on the dead link
+                quick.post("/api/waitlist", json={"email": "stuck@example.com", "intent": "claim"})
+            os.kill(server.process.pid, signal.SIGTERM)
+            sent_at = time.monotonic()
+            try:
+                server.process.wait(timeout=SHUTDOWN_DEADLINE + 5)
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"the server outlived its shutdown deadline ({SHUTDOWN_DEADLINE} s)")
+            assert time.monotonic() - sent_at <= SHUTDOWN_DEADLINE + 3  # the deadline, and exiting
+        finally:
+            server.close()
+
+
+def test_a_full_disk_is_503_on_every_writing_route_and_on_readyz(tmp_path: Path) -> None:
+    """With the disk full under SQLite (a file-size limit set on the running server), registrations
+    and /admin/events answer 503, never 500, and /readyz says registrations are failing."""
+    database = tmp_path / "service.db"
+    url = f"sqlite:///{database}"
+    migrate(url)
+    with sqlite3.connect(database) as connection:  # the migrations' WAL folded in: it starts empty
+        connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    server = Server(
+        {"SERVICE_DATABASE_URL": url, "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN, "SERVICE_WAITLIST_RATE_LIMIT": "10000/minute"}
+    )
+    try:
+        assert server.register("first@example.com") == 200
+        # The disk fills: no file of the server's may grow beyond what it holds now, and a little.
+        sizes = [path.stat().st_size for path in tmp_path.glob("service.db*")]
+        limit = max(sizes) + 32 * 1024
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+        message = "x" * 600
+        answers: list[int] = []
+
+        def refused() -> bool:
+            email = f"filler{len(answers)}@example.com"
+            status = server.http.post(
+                "/api/waitlist", json={"email": email, "intent": "claim", "message": message}
+            ).status_code
+            answers.append(status)
+            return status == 503
+
+        assert poll(refused, within=30.0, every=0.0), "the registrations never met the full disk"
+        assert set(answers) <= {200, 503}
+        ready = server.ready()
+        assert (ready.status_code, ready.json()) == (
+            503,
+            {
+                "ok": False,
+                "message": "Registrations are failing to commit.",
+                "database": "up",
+                "rateLimitStore": "up",
+                "registrations": "failing",
+            },
+        )
+        published = server.http.post("/admin/events", json=room_claimed(), headers=AUTH)
+        assert (published.status_code, published.json()) == (
+            503,
+            {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
+        )
+        # Room again: the next registration is stored and the server is ready once more.
+        unlimited = (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+        resource.prlimit(server.process.pid, resource.RLIMIT_FSIZE, unlimited)
+        assert server.register("after@example.com") == 200
+        assert server.ready().status_code == 200
+    finally:
+        server.close()

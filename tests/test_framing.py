@@ -1,0 +1,152 @@
+"""Request framing two parsers could read differently is refused: 400 and the connection closed,
+or the connection closed before a second request is read. Sent raw, over a socket, to the real
+server (``python -m service serve``)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.db.engine import migrate
+from service.framing import framing_fault
+from tests.processes import free_port, start_server, stop
+
+# A second request after the first: if it is ever answered, it was smuggled.
+SMUGGLED = b"GET /api/v1/webhooks/events HTTP/1.1\r\nHost: x\r\n\r\n"
+JSON = b"Content-Type: application/json\r\n"
+BODY = b'{"email":"a@example.com","intent":"claim"}'
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, Path]]:
+    """The server's port and the file its log lines go to."""
+    folder: Path = tmp_path_factory.mktemp("framing")
+    url = f"sqlite:///{folder / 'service.db'}"
+    migrate(url)
+    port, log = free_port(), folder / "serve.log"
+    settings = {"SERVICE_DATABASE_URL": url, "SERVICE_WAITLIST_RATE_LIMIT": "1000/minute"}
+    process = start_server(port, settings, log=log)
+    try:
+        yield port, log
+    finally:
+        stop(process)
+
+
+@pytest.fixture
+def port(served: tuple[int, Path]) -> int:
+    return served[0]
+
+
+def exchange(port: int, raw: bytes) -> list[tuple[int, dict[str, str]]]:
+    """Send ``raw`` and read until the server closes: each response's status and headers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except TimeoutError:
+            pytest.fail("the connection stayed open after a refused or final request")
+    responses = []
+    while received:
+        head, _, rest = received.partition(b"\r\n\r\n")
+        status_line, *lines = head.decode("latin-1").split("\r\n")
+        headers = {name.lower(): value.strip() for name, _, value in (line.partition(":") for line in lines)}
+        length = int(headers.get("content-length", "0"))
+        responses.append((int(status_line.split(" ")[1]), headers))
+        received = rest[length:]
+    return responses
+
+
+def refused(responses: list[tuple[int, dict[str, str]]]) -> bool:
+    """Only a 400 that closes the connection came back: the smuggled request was never answered."""
+    return [status for status, _ in responses] == [400] and responses[0][1].get("connection") == "close"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+            + b"Transfer-Encoding : chunked\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY,
+            id="space-before-colon",
+        ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+            + b"X-Note: a\r\n Transfer-Encoding: chunked\r\nContent-Length: " + str(len(BODY)).encode()
+            + b"\r\n\r\n" + BODY,
+            id="continuation-line",
+        ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + "Content-Length: ٢".encode() + b"\r\n\r\n{}",
+            id="non-ascii-digit-length",
+        ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: 2\r\nContent-Length: 44\r\n\r\n{}",
+            id="conflicting-lengths",
+        ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+            id="repeated-lengths",
+        ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+            + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            id="length-and-chunked",
+        ),
+    ],
+)
+def test_malformed_framing_is_400_and_closes_the_connection(port: int, raw: bytes) -> None:
+    """Each form is answered 400 with Connection: close; the request after it is never read."""
+    assert refused(exchange(port, raw + SMUGGLED))
+
+
+def test_a_chunk_without_its_crlf_lets_no_second_request_through(port: int) -> None:
+    """Chunk data not followed by CRLF: whatever the first request's answer, the bytes after it are
+    never served as a request of their own."""
+    chunked = b"5\r\n{}   XX0\r\n\r\n"  # 5 bytes of data, then "XX" where the CRLF belongs
+    raw = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Transfer-Encoding: chunked\r\n\r\n" + chunked
+    responses = exchange(port, raw + SMUGGLED)  # reads until the server closes the connection
+    assert len(responses) <= 2
+    assert all(status != 200 for status, _ in responses[1:]), responses
+    if len(responses) == 2:  # the bytes after the body were read as a request: refused
+        assert refused(responses[1:])
+
+
+def test_well_formed_requests_share_a_connection(port: int) -> None:
+    """The checks refuse nothing well formed: two requests on one connection, both answered."""
+    first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    assert [status for status, _ in exchange(port, first + last)] == [200, 200]
+
+
+def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
+    """Every refusal above is the client's fault: the server's log holds no ERROR line."""
+    port, log = served
+    exchange(port, b"GET / HTTP/1.1\r\nHost : x\r\n\r\n")
+    errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
+    assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("head", "fault"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 12", None),
+        (b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length:  7 ", None),
+        (b"GET / HTTP/1.1\r\nHost : x", "a header name that is not a token"),
+        (b"GET / HTTP/1.1\r\nHost:\tx\r\n\tmore", "a header continuation line"),
+        (b"GET / HTTP/1.1\r\nA: b\nTransfer-Encoding: chunked", "a bare CR or LF in a header line"),
+        (b"GET / HTTP/1.1\r\nno colon here", "a header name that is not a token"),
+        (b"GET / HTTP/1.1\r\nContent-Length: +2", "a Content-Length that is not ASCII digits"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 1_0", "a Content-Length that is not ASCII digits"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 2, 2", "a Content-Length that is not ASCII digits"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2", "more than one Content-Length"),
+        (b"GET / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked", "both Content-Length and Transfer-Encoding"),
+    ],
+)
+def test_framing_fault(head: bytes, fault: str | None) -> None:
+    """The raw head is held to RFC 9110's framing, naming what is wrong."""
+    assert framing_fault(head) == fault
