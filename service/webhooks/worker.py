@@ -53,7 +53,7 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks import outbox, retention
+from service.webhooks import outbox, pacing, retention
 from service.webhooks.breaker import BreakerPolicy, Change
 from service.webhooks.notify import Listener
 from service.webhooks.outbox import AttemptRecord, Job
@@ -178,17 +178,22 @@ class Worker:
         self._task: asyncio.Task[int] | None = None
         self._stopping = False
         self._grace = settings.webhook_timeout + 1  # for attempts in flight at stop
-        self._batch = min(BATCH, 8 * concurrency)
-        self._room = concurrency + min(WAITING, 2 * self._batch)  # claimed: queued or in flight
+        batch = min(BATCH, 8 * concurrency)
+        self.pace = pacing.Pace(
+            batch=batch, capacity=concurrency + min(WAITING, 2 * batch), log_delay=LOG_DELAY
+        )
         self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
         # One run's parts (set up by `run`).
-        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
+        self._jobs: asyncio.Queue[tuple[float, int, Job]] = asyncio.Queue()
         self._records: list[AttemptRecord] = []
         self._first_record_at = 0.0
         self._expired: list[Job] = []
         self._in_flight = 0
+        self._claims = 0  # claims made; each claimed job carries its claim's number
+        self._unfinished = 0  # the last claim's jobs not yet attempted or handed back
         self._nudge = asyncio.Event()
         self._woken = False
+        self._drained = False  # the last claim took all there was (see ``pacing``)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -240,8 +245,8 @@ class Worker:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
         settled_before = self.settled
         self._jobs = asyncio.Queue()
-        self._records, self._expired, self._in_flight = [], [], 0
-        self._nudge = asyncio.Event()
+        self._records, self._expired, self._in_flight, self._unfinished = [], [], 0, 0
+        self._nudge, self._drained = asyncio.Event(), False
         async with asyncio.TaskGroup() as group:
             senders = [
                 group.create_task(self._send(), name=f"webhook-sender-{number}")
@@ -260,56 +265,58 @@ class Worker:
         return self.settled - settled_before
 
     async def _bookkeep(self, until_idle: bool) -> None:
-        """The loop's one database user: log what finished, hand back what expired, claim for room.
+        """The loop's one database user: log what finished, hand back what expired, claim for room,
+        as ``pacing.decide`` says.
 
-        After a claim comes back empty (nothing more is due) it claims again only when woken from
-        outside (a publish, a resume, a retry) or after ``poll_interval``.
+        After a claim comes back short (nothing more is claimable) it claims again only once an
+        attempt is logged, when woken from outside (a publish, a resume, a retry) or after
+        ``poll_interval``.
         """
         loop = asyncio.get_running_loop()
         last_claim = -float("inf")
-        drained = False
         while not self._stopping:
             self.last_turn = time.monotonic()
-            if self._woken:
-                self._woken, drained = False, False
-            if loop.time() - last_claim >= self.poll_interval:
-                drained = False
-            held = self._in_flight + self._jobs.qsize()
-            idle = not held
-            room = min(self._room - held, self._batch)
-            claim = room if not drained and (room >= self._batch or (room > 0 and idle)) else 0
-            waiting = len(self._records)
-            late = waiting and loop.time() - self._first_record_at >= LOG_DELAY
-            # With nothing queued, senders are waiting on claims that partners' caps may hold
-            # back until these attempts are logged: log them now rather than after LOG_DELAY.
-            starved = not self._jobs.qsize()
-            if claim or self._expired or (waiting and (waiting >= self._batch or idle or late or starved)):
-                settled = self.settled
-                try:
-                    jobs = await self._turn(claim)
-                except Exception:
-                    log.exception("the outbox is unreachable; trying again shortly")
-                    self._drop_stale_records()
-                    await self._pause(self.poll_interval)
-                    continue
-                if claim:
-                    last_claim, drained = loop.time(), not jobs
-                if self.settled > settled and not claim:
-                    # Settled attempts free their partners' caps: what the last claim left for
-                    # being over a cap may be claimable now.
-                    drained = False
-                start_by = loop.time() + self._start_within
-                for job in jobs:
-                    self._jobs.put_nowait((start_by, job))
-                continue
-            if until_idle and drained and idle and not waiting:
+            if self._woken or loop.time() - last_claim >= self.poll_interval:
+                self._woken, self._drained = False, False
+            moment = self._moment()
+            if until_idle and pacing.idle(moment):
                 return
-            if waiting:
-                timeout = self._first_record_at + LOG_DELAY - loop.time()
-            else:
-                since = loop.time() - last_claim if drained else 0.0
-                timeout = self.poll_interval - since
-            await self._pause(timeout)
+            turn = pacing.decide(moment, self.pace)
+            if not turn.now:
+                wait = turn.wait
+                if wait is None:
+                    since = loop.time() - last_claim if self._drained else 0.0
+                    wait = self.poll_interval - since
+                await self._pause(wait)
+                continue
+            try:
+                logged, jobs = await self._turn(turn.claim)
+            except Exception:
+                log.exception("the outbox is unreachable; trying again shortly")
+                self._drop_stale_records()
+                await self._pause(self.poll_interval)
+                continue
+            if turn.claim:
+                last_claim, self._drained = loop.time(), len(jobs) < turn.claim
+            elif logged:
+                self._drained = False  # their partners' slots are free: claimable again
+            if jobs:
+                self._claims, self._unfinished = self._claims + 1, len(jobs)
+            start_by = loop.time() + self._start_within
+            for job in jobs:
+                self._jobs.put_nowait((start_by, self._claims, job))
+
+    def _moment(self) -> pacing.Moment:
+        records = self._records
+        return pacing.Moment(
+            finished=len(records),
+            expired=len(self._expired),
+            queued=self._jobs.qsize(),
+            in_flight=self._in_flight,
+            unfinished=self._unfinished,
+            drained=self._drained,
+            oldest=asyncio.get_running_loop().time() - self._first_record_at if records else 0.0,
+        )
 
     async def _pause(self, timeout: float) -> None:
         """Wait until nudged or for ``timeout`` seconds."""
@@ -354,9 +361,12 @@ class Worker:
         """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
         loop = asyncio.get_running_loop()
         while True:
-            start_by, job = await self._jobs.get()
+            start_by, claim, job = await self._jobs.get()
+            if not self._jobs.qsize() and pacing.decide(self._moment(), self.pace).now:
+                self._nudge.set()  # the queue ran dry: claim more now
             if self._stopping or loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
+                self._finished(claim)
                 self._nudge.set()
                 continue
             self._in_flight += 1
@@ -369,25 +379,21 @@ class Worker:
                 continue
             finally:
                 self._in_flight -= 1
+                self._finished(claim)
             if not self._records:
                 self._first_record_at = loop.time()
             self._records.append(record)
-            if self._want_turn():
-                self._nudge.set()
+            if self._stopping or pacing.decide(self._moment(), self.pace).now:
+                self._nudge.set()  # not for every attempt: only when the bookkeeper has work
 
-    def _want_turn(self) -> bool:
-        """After an attempt: whether the bookkeeper has work now, so it is not woken for every
-        attempt only to wait again."""
-        finished = len(self._records)
-        if finished == 1 or finished >= self._batch or self._stopping or not self._jobs.qsize():
-            return True
-        held = self._in_flight + self._jobs.qsize()
-        return not held or self._room - held >= self._batch
+    def _finished(self, claim: int) -> None:
+        if claim == self._claims:
+            self._unfinished -= 1
 
     async def _wind_down(self) -> None:
         """Hand back what waits unsent; give attempts in flight up to the grace period to finish."""
         while not self._jobs.empty():
-            self._expired.append(self._jobs.get_nowait()[1])
+            self._expired.append(self._jobs.get_nowait()[2])
         if not self._in_flight or not self._stopping:
             return
         loop = asyncio.get_running_loop()
@@ -403,12 +409,13 @@ class Worker:
 
     # --- storage ------------------------------------------------------------------------------
 
-    async def _turn(self, claim: int) -> list[Job]:
-        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction."""
+    async def _turn(self, claim: int) -> tuple[int, list[Job]]:
+        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction.
+        The attempts logged, and the claimed deliveries."""
         records, self._records = self._records, []
         expired, self._expired = self._expired, []
         if not records and not expired and not claim:
-            return []
+            return 0, []
         try:
             async with self._db_lock, self.engine.begin() as conn:
                 changes = await outbox.record_attempts(conn, records, breaker=self.breaker)
@@ -420,12 +427,13 @@ class Worker:
                 # batch attempt by attempt so the rest lands, then claim in a turn of its own.
                 await self._record_apart(records)
                 self._expired[:0] = expired
-                return await self._turn(claim)
+                _, jobs = await self._turn(claim)
+                return len(records), jobs
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
             raise
         self._counted(records, changes)
-        return jobs
+        return len(records), jobs
 
     async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
         return await outbox.claim_due(
