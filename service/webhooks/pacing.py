@@ -12,10 +12,11 @@ The rules, in order of weight:
   logged. Whenever senders are starved (nothing claimed waits for them), finished attempts are
   logged as soon as the last claim's deliveries have all been attempted, and the same transaction
   claims again: a partner at its cap keeps the cap full for as long as it has due work, and many
-  partners keep the worker's concurrency full. Waiting for the last claim's stragglers (at most
-  ``log_delay``) matters: a turn that ran while they were still out would leave their slots idle
-  for a whole turn more, halving the rate of a partner at its cap. Attempts of older claims (a
-  partner that hangs) are not waited for.
+  partners keep the worker's concurrency full. The last claim's stragglers are waited for no
+  longer than a turn takes (and never past ``log_delay``): when partners answer faster than a turn
+  runs, a turn started while some were still out would leave their slots idle for a whole turn
+  more, halving the rate of a partner at its cap; when they answer slower, the freed slots are
+  refilled at once. Attempts of older claims (a partner that hangs) are not waited for.
 - **Commits stay batched where the rate needs them.** Attempts finishing while claimed work still
   waits for a sender share a commit: they wait until a batch of them has finished or the oldest
   has waited ``log_delay``. Turns run back to back under a backlog, so what finishes during one
@@ -52,6 +53,7 @@ class Moment:
     unfinished: int = 0  # deliveries of the last claim not yet attempted or handed back
     drained: bool = False  # the last claim took all there was, and nothing freed or woke since
     oldest: float = 0.0  # seconds the oldest finished attempt has waited
+    turn_seconds: float = 0.0  # how long the last turn took
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +76,19 @@ def decide(moment: Moment, pace: Pace) -> Turn:
     starved = moment.queued == 0
     # Something may be claimable: a claim would not be wasted on its own.
     claim_now = room > 0 and not moment.drained and (room >= pace.batch or starved)
-    log_now = moment.finished > 0 and (
-        (starved and not moment.unfinished)
-        or moment.finished >= pace.batch
-        or moment.oldest >= pace.log_delay
-    )
+    # How long finished attempts wait: for the last claim's stragglers while senders are starved,
+    # to share a commit while they are busy.
+    patience = min(pace.log_delay, moment.turn_seconds) if starved else pace.log_delay
+    if starved and not moment.unfinished:
+        patience = 0.0
+    log_now = moment.finished > 0 and (moment.finished >= pace.batch or moment.oldest >= patience)
     if claim_now or log_now or moment.expired:
         # Logging frees the finished attempts' partner slots, so a turn that logs claims even
         # after a claim came back short.
         claim = room if not moment.drained or moment.finished else 0
         return Turn(now=True, claim=claim)
     if moment.finished:
-        return Turn(now=False, wait=pace.log_delay - moment.oldest)
+        return Turn(now=False, wait=patience - moment.oldest)
     return WAIT
 
 

@@ -194,6 +194,7 @@ class Worker:
         self._nudge = asyncio.Event()
         self._woken = False
         self._drained = False  # the last claim took all there was (see ``pacing``)
+        self._turn_seconds = 0.0  # how long the last turn took
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -289,6 +290,7 @@ class Worker:
                     wait = self.poll_interval - since
                 await self._pause(wait)
                 continue
+            began = loop.time()
             try:
                 logged, jobs = await self._turn(turn.claim)
             except Exception:
@@ -296,6 +298,7 @@ class Worker:
                 self._drop_stale_records()
                 await self._pause(self.poll_interval)
                 continue
+            self._turn_seconds = loop.time() - began
             if turn.claim:
                 last_claim, self._drained = loop.time(), len(jobs) < turn.claim
             elif logged:
@@ -316,6 +319,7 @@ class Worker:
             unfinished=self._unfinished,
             drained=self._drained,
             oldest=asyncio.get_running_loop().time() - self._first_record_at if records else 0.0,
+            turn_seconds=self._turn_seconds,
         )
 
     async def _pause(self, timeout: float) -> None:
@@ -380,11 +384,14 @@ class Worker:
             finally:
                 self._in_flight -= 1
                 self._finished(claim)
-            if not self._records:
+            first = not self._records
+            if first:
                 self._first_record_at = loop.time()
             self._records.append(record)
-            if self._stopping or pacing.decide(self._moment(), self.pace).now:
-                self._nudge.set()  # not for every attempt: only when the bookkeeper has work
+            # Not for every attempt: the first one waiting starts the bookkeeper's timer, later
+            # ones wake it only when it has work.
+            if first or self._stopping or pacing.decide(self._moment(), self.pace).now:
+                self._nudge.set()
 
     def _finished(self, claim: int) -> None:
         if claim == self._claims:
