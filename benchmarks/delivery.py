@@ -43,8 +43,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from service.webhooks.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -242,12 +246,7 @@ async def backlog(engine: object, count: int, prefix: str = "svc", chunk: int = 
 
 async def drain_backlog(engine: object, settings: object, count: int, concurrency: int | None) -> float:
     """Seconds for the worker's continuous loop to settle ``count`` deliveries."""
-    from service.webhooks.worker import Worker
-
-    if concurrency is None:
-        worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
-    else:
-        worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+    worker = _worker(engine, settings, concurrency)
     started = time.perf_counter()
     await worker.start()
     while worker.settled < count:
@@ -257,14 +256,25 @@ async def drain_backlog(engine: object, settings: object, count: int, concurrenc
     return elapsed
 
 
+def _worker(engine: object, settings: object, concurrency: int | None = None) -> Worker:
+    """The worker ``serve`` runs (its own concurrency unless one is given), on the bench's clock."""
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from service.settings import Settings
+    from service.webhooks import wiring
+    from service.webhooks.worker import CONCURRENCY
+
+    assert isinstance(engine, AsyncEngine) and isinstance(settings, Settings)
+    return wiring.worker(engine, settings, clock=_now, concurrency=concurrency or CONCURRENCY)
+
+
 # --- 3. publish-to-receipt latency with an empty queue -----------------------------------------
 
 
 async def latency(engine: object, settings: object, base: str, samples: int) -> list[float]:
     from service.webhooks import outbox
-    from service.webhooks.worker import Worker
 
-    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    worker = _worker(engine, settings)
     await worker.start()
     published: dict[str, float] = {}
     try:
@@ -300,7 +310,6 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
     answer (default timeout), all subscribed to everything; the healthy partner's view."""
     from service.keyring import parse_keys
     from service.webhooks import partners
-    from service.webhooks.worker import Worker
 
     engine, settings = await setup(database_url, base)
     keyring = parse_keys(BENCH_SECRETS_KEY)
@@ -309,7 +318,7 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
         for n in range(hanging):
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
             await partners.create_partner(conn, new, now=_now(), keyring=keyring)
-    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    worker = _worker(engine, settings)
     await worker.start()
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
@@ -438,9 +447,7 @@ async def burst_rate(
                 await conn.execute(partners.partners.update().values(batch=policy.dumps()))
         await backlog(engine, events, prefix=f"burst{batch}")
         await session.post(f"{base}/reset")
-        from service.webhooks.worker import Worker
-
-        worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+        worker = _worker(engine, settings, concurrency)
         started = time.perf_counter()
         await worker.start()
         try:

@@ -26,9 +26,8 @@ from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, sender
+from service.webhooks import outbox, partners, sender, wiring
 from service.webhooks.partners import NewPartner
-from service.webhooks.worker import Worker
 
 HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt timeout below
 TIMEOUT = 2.0
@@ -59,7 +58,7 @@ def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock:
             stuck_partners = [(f"stuck {n}", stuck.url(f"/p{n}"), None) for n in range(hanging)]
             targets = [("healthy", healthy.url(), None), *stuck_partners]
             await _setup(engine, clock, targets, events, load_keyring(config))
-            worker = Worker(engine, settings=config, clock=clock)
+            worker = wiring.worker(engine, config, clock=clock)
             await worker.start()
             try:
                 arrived = await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, TIMEOUT)
@@ -143,7 +142,7 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
             config = Settings(database_url=database_url, **settings())
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
             await _setup(engine, clock, targets, 5, load_keyring(config))
-            async with Worker(engine, settings=config, clock=clock) as worker:
+            async with wiring.worker(engine, config, clock=clock) as worker:
                 assert await worker.drain() == 10
             async with engine.connect() as conn:
                 excerpts = (await conn.execute(select(delivery_attempts.c.response_excerpt))).scalars().all()
@@ -172,7 +171,7 @@ def test_a_row_the_database_refuses_is_stored_without_it(
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
             await _setup(engine, clock, targets, 3, keyring)
             config = Settings(database_url=postgres_database, **settings())
-            async with Worker(engine, settings=config, clock=clock, keyring=keyring) as worker:
+            async with wiring.worker(engine, config, clock=clock, keyring=keyring) as worker:
                 await worker.drain()
             async with engine.connect() as conn:
                 rows = await conn.execute(

@@ -19,7 +19,7 @@ from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, runtime
+from service.webhooks import outbox, partners, runtime, wiring
 from service.webhooks.notify import Listener, notify
 from service.webhooks.worker import Worker, lease_for
 
@@ -76,7 +76,11 @@ def test_publish_needs_a_json_object(make_client: Any, raw: bytes, status: int, 
             "/admin/events", content=raw, headers={**AUTH, "content-type": "application/json"}
         )
         assert response.status == status
-        assert response.json["errors"][0] == {"field": "body", "code": code, "message": response.json["errors"][0]["message"]}
+        assert response.json["errors"][0] == {
+            "field": "body",
+            "code": code,
+            "message": response.json["errors"][0]["message"],
+        }
 
 
 def test_a_repeated_dedupe_key_delivers_nothing_new(make_client: Any) -> None:
@@ -98,7 +102,9 @@ def test_a_repeated_dedupe_key_delivers_nothing_new(make_client: Any) -> None:
         assert first["eventId"].startswith("evt_")
         assert drain(client) == 3
         assert sorted(r.headers["x-service-event"] for r in receiver.requests) == [
-            "room.claimed", "room.claimed", "room.upgraded"
+            "room.claimed",
+            "room.claimed",
+            "room.upgraded",
         ]
 
 
@@ -112,7 +118,12 @@ def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock
             ctx = client.app.ctx
             async with ctx.engine.begin() as conn:  # claimed, then never sent or settled
                 jobs = await outbox.claim_due(
-                    conn, now=clock(), limit=10, lease=lease_for(ctx.settings), default_cap=8, keyring=ctx.keyring
+                    conn,
+                    now=clock(),
+                    limit=10,
+                    lease=lease_for(ctx.settings),
+                    default_cap=8,
+                    keyring=ctx.keyring,
                 )
             return len(jobs)
 
@@ -188,7 +199,7 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                 await outbox.publish_event(setup, room_claimed(f"room-{index}"), now=clock())
             engines = [create_engine(database_url) for _ in range(workers)]
             crew = [
-                Worker(engine, settings=config, clock=clock, rng=random.Random(n), concurrency=5)
+                wiring.worker(engine, config, clock=clock, rng=random.Random(n), concurrency=5)
                 for n, engine in enumerate(engines)
             ]
             for worker in crew:
@@ -204,9 +215,7 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                 attempts = (await conn.execute(
                     select(delivery_attempts.c.delivery_id, delivery_attempts.c.attempt)
                 )).all()  # fmt: skip
-                statuses = Counter(
-                    (await conn.execute(select(deliveries_table.c.status))).scalars().all()
-                )
+                statuses = Counter((await conn.execute(select(deliveries_table.c.status))).scalars().all())
                 stored = await conn.scalar(select(func.count()).select_from(events))
         finally:
             await setup.dispose()
@@ -259,7 +268,7 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
 
     async def scenario(receiver: Receiver) -> None:
         publisher, engine = create_engine(database_url), create_engine(database_url)
-        worker = Worker(engine, settings=config, clock=clock, poll_interval=3600)
+        worker = wiring.worker(engine, config, clock=clock, poll_interval=3600)
         try:
             async with publisher.begin() as conn:
                 new = partners.NewPartner(name="elsewhere", url=receiver.url(), events=None)

@@ -11,9 +11,8 @@ from webhook_helpers import Receiver, Reply, room_claimed, settings
 from service.db.engine import create_engine
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners
+from service.webhooks import outbox, partners, wiring
 from service.webhooks.pacing import WAIT, Moment, Pace, Turn, decide, idle
-from service.webhooks.worker import Worker
 
 PACE = Pace(batch=256, capacity=768, log_delay=0.02)
 
@@ -110,7 +109,7 @@ def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, 
                     await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
                 for index in range(events):
                     await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
-                async with Worker(engine, settings=config, clock=clock) as worker:
+                async with wiring.worker(engine, config, clock=clock) as worker:
                     return await worker.drain()
             finally:
                 await engine.dispose()

@@ -50,7 +50,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
 from service.db.writer import refused_rows
-from service.keyring import Keyring, load_keyring
+from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
 from service.webhooks import outbox, pacing, retention
@@ -59,7 +59,6 @@ from service.webhooks.notify import Listener
 from service.webhooks.outbox import AttemptRecord, Job
 from service.webhooks.retry import Outcome, RetryPolicy, Verdict
 from service.webhooks.sender import Attempt, Sender
-from service.webhooks.ssrf import Resolve, system_resolve
 from service.webhooks.states import AttemptOutcome
 
 log = logging.getLogger(__name__)
@@ -136,19 +135,20 @@ class Worker:
         *,
         settings: Settings,
         clock: Clock,
+        sender: Sender,
+        keyring: Keyring,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
-        resolve: Resolve = system_resolve,
         wake: asyncio.Event | None = None,
         concurrency: int = CONCURRENCY,
         poll_interval: float = POLL_INTERVAL,
-        keyring: Keyring | None = None,
     ) -> None:
-        """``keyring`` opens the partners' secrets; by default the settings' (``load_keyring``)."""
+        """``sender`` makes the attempts (``concurrency`` connections); ``keyring`` opens the
+        partners' secrets. ``service.webhooks.wiring.worker`` builds both from the settings."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.engine = engine
-        self.keyring = keyring or load_keyring(settings)
+        self.keyring = keyring
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
@@ -161,14 +161,7 @@ class Worker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.wake = wake or asyncio.Event()
-        self.sender = Sender(
-            timeout=settings.webhook_timeout,
-            connect_timeout=settings.webhook_connect_timeout,
-            allow_private=settings.webhook_allow_private_urls,
-            clock=clock,
-            resolve=resolve,
-            limit=concurrency,
-        )
+        self.sender = sender
         self.listener = Listener(engine, self.wake)
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
         self.retention = timedelta(days=settings.retention_days)
