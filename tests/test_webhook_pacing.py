@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -93,30 +94,42 @@ def test_a_drain_ends_only_when_nothing_is_left(moment: Moment, done: bool) -> N
 
 
 def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, clock: Any) -> None:
-    """A backlog for a partner capped at 4 whose answers take 150 to 600 ms: the receiver never sees
-    more than 4 requests at once, and a request that ends is followed by the next while the others
-    are still out, so the cap stays full rather than emptying between rounds."""
-    cap, events = 4, 20
+    """A backlog for a partner capped at 4 that answers one request at a time: each answer frees a
+    slot the worker fills while the other three are still out, so the receiver sees 4 requests in
+    progress at every arrival after the first round, and never more."""
+    cap, events = 4, 12
     config = Settings(database_url=database_url, **settings())
+    answers = [threading.Event() for _ in range(events)]
     with Receiver() as receiver:
-        receiver.script("/hook", *(Reply(delay=0.15 * (1 + index % cap)) for index in range(events)))
+        receiver.script("/hook", *(Reply(hold=answer) for answer in answers))
 
-        async def scenario() -> int:
+        async def arrived(count: int) -> bool:
+            return await asyncio.to_thread(receiver.wait_for, lambda got: len(got) >= count, 10)
+
+        async def scenario() -> tuple[bool, int]:
             engine = create_engine(database_url)
+            worker = wiring.worker(engine, config, clock=clock)
             try:
                 async with engine.begin() as conn:
                     new = partners.NewPartner("capped", receiver.url(), None, cap)
                     await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
                 for index in range(events):
                     await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
-                async with wiring.worker(engine, config, clock=clock) as worker:
-                    return await worker.drain()
+                await worker.start()
+                refilled = True
+                for count in range(cap, events):
+                    refilled = refilled and await arrived(count)
+                    answers[count - cap].set()  # the oldest request still out is answered
+                refilled = refilled and await arrived(events)
             finally:
+                for answer in answers:
+                    answer.set()
+                await worker.stop()
                 await engine.dispose()
+            return refilled, worker.settled
 
-        settled = asyncio.run(scenario())
+        refilled, settled = asyncio.run(scenario())
+    assert refilled, f"{len(receiver.requests)} of {events} requests arrived"
     assert settled == events
     assert receiver.peak["/hook"] == cap
-    seen = [request.in_progress for request in receiver.requests]
-    refills = seen[cap:]  # every request after the first round takes a slot another one freed
-    assert sum(1 for found in refills if found == cap) >= 0.75 * len(refills), seen
+    assert [request.in_progress for request in receiver.requests] == [1, 2, 3] + [cap] * (events - 3)

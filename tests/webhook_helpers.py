@@ -33,6 +33,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (real time: keep it short)
     drop: bool = False  # close the connection without an answer
+    hold: threading.Event | None = None  # answer only once the test sets it (at most 30 s)
 
 
 @dataclass(frozen=True)
@@ -118,6 +119,8 @@ class Receiver:
         try:
             if reply.delay:
                 await asyncio.sleep(reply.delay)
+            if reply.hold is not None:
+                await asyncio.get_running_loop().run_in_executor(None, reply.hold.wait, 30)
             if reply.drop:
                 assert request.transport is not None
                 request.transport.close()
