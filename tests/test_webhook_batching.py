@@ -30,6 +30,7 @@ from service.catalog import catalog_document
 from service.clock import ManualClock, format_timestamp
 from service.db.engine import create_engine
 from service.webhooks import outbox, partners
+from service.webhooks.claim import claim_due, next_due
 from service.webhooks.operations import batch_member
 from service.webhooks.signing import SignatureError, standard_webhooks_secret, verify, verify_standard
 
@@ -148,7 +149,7 @@ def test_a_batch_forms_when_its_oldest_has_waited_max_wait(client_on: Any, clock
 
         async def due() -> datetime | None:
             async with client.app.ctx.engine.connect() as conn:
-                return await outbox.next_due(conn)
+                return await next_due(conn)
 
         assert client.run(due()) == start + timedelta(seconds=5)
         clock.advance(1.9)
@@ -432,7 +433,7 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn,
                     now=clock(),
                     limit=50,

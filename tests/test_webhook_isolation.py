@@ -26,8 +26,10 @@ from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, sender, wiring
+from service.webhooks import outbox, partners, sender, settle, wiring
+from service.webhooks.claim import Job, claim_due
 from service.webhooks.partners import NewPartner
+from service.webhooks.settle import AttemptRecord
 
 HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt timeout below
 TIMEOUT = 2.0
@@ -84,7 +86,7 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
                 )
             return len(jobs)
@@ -118,7 +120,7 @@ def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
             )
         await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
         async with engine.begin() as conn:
-            jobs = await outbox.claim_due(
+            jobs = await claim_due(
                 conn,
                 now=clock(),
                 limit=4,
@@ -288,8 +290,8 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 
     lease = timedelta(seconds=30)
 
-    def delivered(job: outbox.Job) -> outbox.AttemptRecord:
-        return outbox.AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+    def delivered(job: Job) -> AttemptRecord:
+        return AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
     async def scenario() -> tuple[list[Any], list[Any], tuple[Any, ...]]:
         engine = create_engine(database_url)
@@ -297,7 +299,7 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
             engine, clock, [("recovering", "https://partner.example/hook", None)], 2, fixed_keyring()
         )
         async with engine.begin() as conn:
-            jobs = await outbox.claim_due(
+            jobs = await claim_due(
                 conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
             )
             partner_id = jobs[0].partner_id
@@ -310,9 +312,9 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
                 )
             )
         async with engine.begin() as conn:
-            first = await outbox.record_attempts(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
+            first = await settle.record(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
         async with engine.begin() as conn:
-            second = await outbox.record_attempts(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
+            second = await settle.record(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
             row = (
                 await conn.execute(
                     select(

@@ -19,7 +19,8 @@ from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, runtime, wiring
+from service.webhooks import outbox, partners, runtime, settle, wiring
+from service.webhooks.claim import Job, claim_due
 from service.webhooks.notify import Listener, notify
 from service.webhooks.worker import Worker, lease_for
 
@@ -117,7 +118,7 @@ def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock
         async def killed_worker() -> int:
             ctx = client.app.ctx
             async with ctx.engine.begin() as conn:  # claimed, then never sent or settled
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn,
                     now=clock(),
                     limit=10,
@@ -151,16 +152,16 @@ def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: A
 
         lease = lease_for(app.ctx.settings)
 
-        async def claim() -> list[outbox.Job]:
+        async def claim() -> list[Job]:
             async with app.ctx.engine.begin() as conn:
-                return await outbox.claim_due(
+                return await claim_due(
                     conn, now=clock(), limit=1, lease=lease, default_cap=8, keyring=app.ctx.keyring
                 )
 
-        async def deliver(worker: Worker, job: outbox.Job) -> None:
+        async def deliver(worker: Worker, job: Job) -> None:
             record = await worker.attempt(job)
             async with app.ctx.engine.begin() as conn:
-                await outbox.record_attempts(conn, [record], breaker=worker.breaker)
+                await settle.record(conn, [record], breaker=worker.breaker)
 
         async def scenario() -> None:
             async with runtime.worker_for(app) as slow, runtime.worker_for(app) as fast:

@@ -321,7 +321,7 @@ class Operations:
         async with self.engine.begin() as conn:
             if await partners.get_partner(conn, partner_id) is None:
                 raise unknown_partner()
-            requeued = await partners.retry_failed(conn, partner_id, now=self.clock())
+            requeued = await requeue.retry_failed(conn, partner_id, now=self.clock())
         if requeued:
             self.notifier.deliveries_due()
         return {"partnerId": partner_id, "requeued": requeued}

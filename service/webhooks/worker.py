@@ -16,7 +16,7 @@ The loop is made of standard parts:
   hundreds of attempts; an idle worker turns as soon as something happens.
 
 Claims serve partners in turn and hold each to its in-flight cap across every worker
-(``outbox.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
+(``claim.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
 enough that a few hanging partners' slots leave most of it free, and a partner failing attempt
 after attempt soon has its circuit opened (``service.webhooks.breaker``) and holds one at most.
 
@@ -53,13 +53,14 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks import outbox, pacing, retention
+from service.webhooks import pacing, retention, settle
 from service.webhooks.breaker import BreakerPolicy, Change
+from service.webhooks.claim import Job, claim_due, release
 from service.webhooks.notify import Listener
-from service.webhooks.outbox import AttemptRecord, Job
-from service.webhooks.retry import Outcome, RetryPolicy, Verdict
-from service.webhooks.sender import Attempt, Sender
-from service.webhooks.states import AttemptOutcome
+from service.webhooks.recorder import Recorder
+from service.webhooks.retry import RetryPolicy
+from service.webhooks.sender import Sender
+from service.webhooks.settle import AttemptRecord
 
 log = logging.getLogger(__name__)
 
@@ -99,35 +100,6 @@ def breaker_policy(settings: Settings) -> BreakerPolicy:
     )
 
 
-def settle(
-    job: Job, attempt: Attempt, *, policy: RetryPolicy, rng: random.Random, now: datetime
-) -> AttemptRecord:
-    """What an attempt's answer does to its delivery: delivered, retry later, failed or paused."""
-    verdict = attempt.verdict
-    next_at: datetime | None = None
-    if verdict is Verdict.DELIVERED:
-        result = AttemptOutcome.DELIVERED
-    elif verdict is Verdict.GONE:
-        result, next_at = AttemptOutcome.PAUSED, now  # due again the moment the partner is resumed
-    else:
-        delay = policy.next_delay(job.attempt, Outcome(verdict, attempt.retry_after), rng)
-        if delay is None:
-            result = AttemptOutcome.FAILED
-        else:
-            result, next_at = AttemptOutcome.RETRY, now + timedelta(seconds=delay)
-    return AttemptRecord(
-        job=job,
-        started_at=attempt.started_at,
-        duration_ms=attempt.duration_ms,
-        status_code=attempt.status_code,
-        error_class=attempt.error_class,
-        response_excerpt=attempt.response_excerpt,
-        outcome=result,
-        finished_at=now,
-        next_attempt_at=next_at,
-    )
-
-
 class Worker:
     def __init__(
         self,
@@ -152,6 +124,7 @@ class Worker:
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
+        self.recorder = Recorder(metrics)
         self.rng = rng or random.Random()
         self.policy = RetryPolicy.from_schedule(settings.webhook_retry_schedule)
         self.breaker = breaker_policy(settings)
@@ -418,8 +391,8 @@ class Worker:
             return 0, []
         try:
             async with self._db_lock, self.engine.begin() as conn:
-                changes = await outbox.record_attempts(conn, records, breaker=self.breaker)
-                await outbox.release_claims(conn, expired, now=self.clock())
+                changes = await settle.record(conn, records, breaker=self.breaker)
+                await release(conn, expired, now=self.clock())
                 jobs = await self._claim(conn, claim) if claim else []
         except Exception as error:
             if records and refused_rows(error):
@@ -436,7 +409,7 @@ class Worker:
         return len(records), jobs
 
     async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
-        return await outbox.claim_due(
+        return await claim_due(
             conn,
             now=self.clock(),
             limit=limit,
@@ -452,7 +425,7 @@ class Worker:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
                     async with self._db_lock, self.engine.begin() as conn:
-                        changes = await outbox.record_attempts(conn, [attempt], breaker=self.breaker)
+                        changes = await settle.record(conn, [attempt], breaker=self.breaker)
                 except Exception as error:
                     if not refused_rows(error):
                         raise
@@ -482,45 +455,9 @@ class Worker:
             )
 
     def _counted(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
-        """Count, log and measure what was committed."""
+        """Count what was committed, and hand it to the recorder (metrics, log lines)."""
         self.settled += len(records)
-        metrics = self.metrics
-        for record in records:
-            if metrics is not None:
-                metrics.inc(metrics.delivery_attempts, record.job.partner_id, record.outcome)
-                metrics.attempt_seconds.observe(record.duration_ms / 1000)
-            if record.outcome is AttemptOutcome.DELIVERED and not log.isEnabledFor(logging.DEBUG):
-                continue
-            level = {
-                AttemptOutcome.DELIVERED: logging.DEBUG,
-                AttemptOutcome.FAILED: logging.WARNING,  # the schedule is spent: someone should look
-            }.get(record.outcome, logging.INFO)
-            failed = record.outcome is AttemptOutcome.FAILED
-            log.log(
-                level,
-                "webhook delivery failed for good" if failed else "webhook attempt",
-                extra={
-                    "delivery": record.job.delivery_id,
-                    "event_id": record.job.event_id,
-                    "partner": record.job.partner_id,
-                    "attempt": record.job.attempt,
-                    "status_code": record.status_code,
-                    "error_class": record.error_class,
-                    "outcome": record.outcome,
-                    "duration_ms": record.duration_ms,
-                },
-            )
-            if failed and metrics is not None:
-                metrics.inc(metrics.deliveries_failed, record.job.partner_id)
-        for partner_id, change in changes:
-            if metrics is not None:
-                metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
-            warn = change in (Change.OPENED, Change.DISABLED)
-            log.log(
-                logging.WARNING if warn else logging.INFO,
-                _CHANGE_LINES[change],
-                extra={"partner": partner_id, "circuit": change},
-            )
+        self.recorder.committed(records, changes)
 
     # --- one attempt --------------------------------------------------------------------------
 
@@ -533,12 +470,4 @@ class Worker:
             body=job.body,
             secrets=job.secrets,
         )
-        return settle(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())
-
-
-_CHANGE_LINES = {
-    Change.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
-    Change.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
-    Change.CLOSED: "a partner's circuit closed: its held deliveries go out",
-    Change.DISABLED: "a partner was disabled after failing without a break; resume it to deliver again",
-}
+        return settle.decide(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())
