@@ -1,16 +1,8 @@
-"""The durable outbox: published events, one delivery per partner, and the attempt log.
+"""The durable outbox: published events and one delivery per partner, and what the listings read.
 
 ``publish`` stores an event and its deliveries in the caller's transaction, so an event is either
-fully fanned out or not stored at all. Workers take due deliveries with ``claim_due``: on
-PostgreSQL a ``FOR UPDATE SKIP LOCKED`` subquery lets many workers claim side by side without ever
-sharing a row; on SQLite the same conditional ``UPDATE`` runs under the database's single write
-lock. A claim is a lease (``claimed_until``, copied to ``next_attempt_at``): a worker killed
-mid-attempt leaves its deliveries ``delivering`` until the lease runs out, and then any worker
-takes them again (at least once). Claims read each partner with room under its cap through the
-partial index ``ix_deliveries_partner_claimable``, which holds only pending and delivering rows,
-by partner in due order.
-``record_attempts`` settles a batch of attempts in one transaction, each guarded by its claim
-token so a worker whose lease was taken over cannot overwrite the newer claim.
+fully fanned out or not stored at all. Workers take due deliveries with ``claim.claim_due`` and
+log their attempts with ``settle.record``; replays and retries are ``requeue``'s.
 
 Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
 ``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
