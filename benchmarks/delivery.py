@@ -21,6 +21,12 @@ per event) and then with the same partner batching room.trending (``--batch-size
 POST, maxWaitSeconds 5); events per second from the worker's start to the last event's arrival,
 rounds alternating, the best of each counting. The target: batched at least 5x unbatched.
 
+With ``--like-for-like DELIVERIES`` it measures partners held to their caps instead: a backlog of
+DELIVERIES deliveries for one partner at cap 16, one at cap 64, and ten partners at the default cap
+8, each drained by the worker (its own default concurrency) against a plain aiohttp client posting
+the same bodies to the same receiver at the partners' summed caps (16, 64, 80), alternating for
+``--rounds`` in the same run. The aim: at least 0.9 of the plain client's rate; the floor 0.5.
+
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
 the machine distorts much less.
@@ -272,6 +278,7 @@ def _worker(engine: object, settings: object, concurrency: int | None = None) ->
 
 
 async def latency(engine: object, settings: object, base: str, samples: int) -> list[float]:
+    from service.events import parse_event
     from service.webhooks import outbox
 
     worker = _worker(engine, settings)
@@ -281,7 +288,9 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
         for index in range(samples):
             before = worker.settled
             started = time.time()
-            result = await outbox.publish_event(engine, event(index, "lat"), now=_now())  # type: ignore[arg-type]
+            now = _now()
+            payload = parse_event(event(index, "lat"), now=now)
+            result = await outbox.publish_event(engine, payload, now=now)  # type: ignore[arg-type]
             worker.wake.set()
             published[result.event_id] = started
             while worker.settled == before:  # settled: delivered and logged; the queue is empty again

@@ -29,6 +29,7 @@ from webhook_helpers import (
 from service.catalog import catalog_document
 from service.clock import ManualClock, format_timestamp
 from service.db.engine import create_engine
+from service.events import parse_event
 from service.webhooks import outbox, partners
 from service.webhooks.claim import claim_due, next_due
 from service.webhooks.operations import batch_member
@@ -429,7 +430,7 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
             new = NewPartner("batching", "https://partner.example/hook", None, 1000, batch=policy)
             await partners.create_partner(conn, new, now=clock(), keyring=fixed_keyring())
         for number in range(95):
-            await outbox.publish_event(engines[0], trending(number), now=clock())
+            await outbox.publish_event(engines[0], parse_event(trending(number), now=clock()), now=clock())
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:

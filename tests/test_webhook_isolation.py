@@ -24,6 +24,7 @@ from webhook_helpers import (
 
 from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
+from service.events import parse_event
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, partners, sender, settle, wiring
@@ -44,7 +45,9 @@ async def _setup(
                 conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
             )
     for index in range(events):
-        await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+        await outbox.publish_event(
+            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+        )
 
 
 @pytest.mark.parametrize("hanging", [1, 10])
@@ -113,12 +116,14 @@ def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
                 conn, NewPartner("big", "https://big.example/", None), now=clock(), keyring=fixed_keyring()
             )
         for index in range(50):
-            await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+            await outbox.publish_event(
+                engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+            )
         async with engine.begin() as conn:
             await partners.create_partner(
                 conn, NewPartner("late", "https://late.example/", None), now=clock(), keyring=fixed_keyring()
             )
-        await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
+        await outbox.publish_event(engine, parse_event(room_claimed("latecomer"), now=clock()), now=clock())
         async with engine.begin() as conn:
             jobs = await claim_due(
                 conn,

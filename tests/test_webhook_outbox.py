@@ -17,6 +17,7 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 from service.db.engine import create_engine
 from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
+from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, partners, runtime, settle, wiring
@@ -197,7 +198,9 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                     new = partners.NewPartner(name=path, url=receiver.url(path), events=None)
                     await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
             for index in range(event_count):
-                await outbox.publish_event(setup, room_claimed(f"room-{index}"), now=clock())
+                await outbox.publish_event(
+                    setup, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                )
             engines = [create_engine(database_url) for _ in range(workers)]
             crew = [
                 wiring.worker(engine, config, clock=clock, rng=random.Random(n), concurrency=5)
@@ -277,12 +280,14 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
             await worker.start()
             await asyncio.wait_for(worker.listener.listening.wait(), timeout=10)
             for index in range(3):  # no wake= here: this engine stands for another process
-                await outbox.publish_event(publisher, room_claimed(f"far-{index}"), now=clock())
+                await outbox.publish_event(
+                    publisher, parse_event(room_claimed(f"far-{index}"), now=clock()), now=clock()
+                )
                 arrived = partial(lambda count, requests: len(requests) > count, index)
                 assert await asyncio.to_thread(receiver.wait_for, arrived, 10)
             async with publisher.begin() as conn:  # a resume, too, reaches the other process
                 await partners.set_status(conn, partner.id, "paused", now=clock())
-            await outbox.publish_event(publisher, room_claimed("held"), now=clock())
+            await outbox.publish_event(publisher, parse_event(room_claimed("held"), now=clock()), now=clock())
             async with publisher.begin() as conn:
                 await partners.set_status(conn, partner.id, "active", now=clock())
             assert await asyncio.to_thread(receiver.wait_for, lambda r: len(r) == 4, 10)

@@ -10,6 +10,7 @@ import pytest
 from webhook_helpers import Receiver, Reply, room_claimed, settings
 
 from service.db.engine import create_engine
+from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, partners, wiring
@@ -114,7 +115,9 @@ def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, 
                     new = partners.NewPartner("capped", receiver.url(), None, cap)
                     await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
                 for index in range(events):
-                    await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+                    await outbox.publish_event(
+                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                    )
                 await worker.start()
                 refilled = True
                 for count in range(cap, events):

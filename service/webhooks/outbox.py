@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import format_timestamp
 from service.db.tables import deliveries, delivery_attempts, events, partners
-from service.events import EventPayload, dedupe_key, dump_payload, parse_event
+from service.events import EventPayload, dedupe_key, dump_payload
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
 from service.webhooks.batching import BATCHING, BatchPolicy, waits_until
@@ -133,9 +133,8 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     return Published(event_id=payload.eventId, deliveries=len(targets), duplicate=False)
 
 
-async def publish_event(engine: AsyncEngine, data: Mapping[str, Any], *, now: datetime) -> Published:
-    """Validate ``{event, ...members}`` (``InvalidInput`` per field) and store it, in one transaction."""
-    payload = parse_event(data, now=now)
+async def publish_event(engine: AsyncEngine, payload: EventPayload, *, now: datetime) -> Published:
+    """Store an event already parsed (``events.parse_event``) and its deliveries, in one transaction."""
     async with engine.begin() as conn:
         return await publish(conn, payload, now=now)
 
