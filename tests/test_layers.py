@@ -96,3 +96,9 @@ def test_no_module_imports_itself_back() -> None:
         if name not in state:
             visit(name, [name])
     assert cycles == []
+
+
+def test_the_settings_stand_on_the_ground() -> None:
+    """The settings (and the default retry schedule in them) import nothing of the webhooks."""
+    imported = _imports(MODULES["service.settings"], anywhere=True)
+    assert not {name for name in imported if name.startswith("service.webhooks")}
