@@ -69,7 +69,12 @@ class Job(NamedTuple):
 # building SQL. The status
 # test is literal SQL, identical to the partial index's, so both databases can prove the index
 # applies (a bound parameter would hide that from the planner).
-_CLAIMABLE = deliveries.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
+def _claimable(table: Any) -> Any:
+    """The claimable-status test on ``table`` (the deliveries table or an alias of it)."""
+    return table.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
+
+
+_CLAIMABLE = _claimable(deliveries)
 
 
 _NOW = bindparam("b_now", type_=UTCDateTime())
@@ -94,11 +99,6 @@ def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
     if not found:
         raise AssertionError(f"unexpected join text: {joined}")
     return f"{head} CROSS JOIN {right} ON {tail}"
-
-
-def _claimable(table: Any) -> Any:
-    """The claimable-status test on ``table`` (the deliveries table or an alias of it)."""
-    return table.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
 
 
 def _claim_statement(postgres: bool) -> Any:
