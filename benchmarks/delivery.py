@@ -21,6 +21,12 @@ per event) and then with the same partner batching room.trending (``--batch-size
 POST, maxWaitSeconds 5); events per second from the worker's start to the last event's arrival,
 rounds alternating, the best of each counting. The target: batched at least 5x unbatched.
 
+With ``--like-for-like DELIVERIES`` it measures partners held to their caps instead: a backlog of
+DELIVERIES deliveries for one partner at cap 16, one at cap 64, and ten partners at the default cap
+8, each drained by the worker (its own default concurrency) against a plain aiohttp client posting
+the same bodies to the same receiver at the partners' summed caps (16, 64, 80), alternating for
+``--rounds`` in the same run. The aim: at least 0.9 of the plain client's rate; the floor 0.5.
+
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
 the machine distorts much less.
@@ -43,12 +49,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
+
+if TYPE_CHECKING:
+    from service.webhooks.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
 RATIO_TARGET = 0.5  # the issue's bar: durable, signed, logged delivery at half a bare client's rate
+LIKE_AIM = 0.9  # partners at their caps against a plain client at the same concurrency: the aim
 P99_TARGET_MS = 100.0
 BATCH_TARGET = 5.0  # batched events per second against the same partner unbatched
 ISOLATION_TARGET = 0.9  # a healthy partner beside hanging ones gets at least 0.9 of its rate alone
@@ -71,9 +82,12 @@ def serve_receiver(port: int) -> None:
 
     arrivals: dict[str, float] = {}
 
+    posts = [0]
+
     async def hook(request: web.Request) -> web.Response:
         document = json.loads(await request.read())
         now = time.time()
+        posts[0] += 1
         for one in document["events"] if document.get("batch") is True else [document]:
             arrivals[one["eventId"]] = now
         return web.Response(text="ok")
@@ -85,17 +99,23 @@ def serve_receiver(port: int) -> None:
     async def stats(request: web.Request) -> web.Response:
         return web.json_response({"count": len(arrivals)})
 
+    async def posted(request: web.Request) -> web.Response:
+        return web.json_response({"posts": posts[0]})
+
     async def times(request: web.Request) -> web.Response:
         return web.json_response(arrivals)
 
     async def reset(request: web.Request) -> web.Response:
         arrivals.clear()
+        posts[0] = 0
         return web.json_response({"count": 0})
 
     app = web.Application()
     app.router.add_post("/hook", hook)
+    app.router.add_post("/hook/{n}", hook)
     app.router.add_post("/hang/{n}", hang)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/posts", posted)
     app.router.add_get("/times", times)
     app.router.add_post("/reset", reset)
     web.run_app(app, host=HOST, port=port, access_log=None, print=None)
@@ -230,11 +250,9 @@ async def backlog(engine: object, count: int, prefix: str = "svc", chunk: int = 
                 await outbox.publish(conn, parse_event(event(index, prefix), now=now), now=now)
 
 
-async def drain_backlog(engine: object, settings: object, count: int, concurrency: int) -> float:
+async def drain_backlog(engine: object, settings: object, count: int, concurrency: int | None) -> float:
     """Seconds for the worker's continuous loop to settle ``count`` deliveries."""
-    from service.webhooks.worker import Worker
-
-    worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+    worker = _worker(engine, settings, concurrency)
     started = time.perf_counter()
     await worker.start()
     while worker.settled < count:
@@ -244,21 +262,35 @@ async def drain_backlog(engine: object, settings: object, count: int, concurrenc
     return elapsed
 
 
+def _worker(engine: object, settings: object, concurrency: int | None = None) -> Worker:
+    """The worker ``serve`` runs (its own concurrency unless one is given), on the bench's clock."""
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from service.settings import Settings
+    from service.webhooks import wiring
+    from service.webhooks.worker import CONCURRENCY
+
+    assert isinstance(engine, AsyncEngine) and isinstance(settings, Settings)
+    return wiring.worker(engine, settings, clock=_now, concurrency=concurrency or CONCURRENCY)
+
+
 # --- 3. publish-to-receipt latency with an empty queue -----------------------------------------
 
 
 async def latency(engine: object, settings: object, base: str, samples: int) -> list[float]:
+    from service.events import parse_event
     from service.webhooks import outbox
-    from service.webhooks.worker import Worker
 
-    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    worker = _worker(engine, settings)
     await worker.start()
     published: dict[str, float] = {}
     try:
         for index in range(samples):
             before = worker.settled
             started = time.time()
-            result = await outbox.publish_event(engine, event(index, "lat"), now=_now())  # type: ignore[arg-type]
+            now = _now()
+            payload = parse_event(event(index, "lat"), now=now)
+            result = await outbox.publish_event(engine, payload, now=now)  # type: ignore[arg-type]
             worker.wake.set()
             published[result.event_id] = started
             while worker.settled == before:  # settled: delivered and logged; the queue is empty again
@@ -287,7 +319,6 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
     answer (default timeout), all subscribed to everything; the healthy partner's view."""
     from service.keyring import parse_keys
     from service.webhooks import partners
-    from service.webhooks.worker import Worker
 
     engine, settings = await setup(database_url, base)
     keyring = parse_keys(BENCH_SECRETS_KEY)
@@ -296,7 +327,7 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
         for n in range(hanging):
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
             await partners.create_partner(conn, new, now=_now(), keyring=keyring)
-    worker = Worker(engine, settings=settings, clock=_now)  # type: ignore[arg-type]
+    worker = _worker(engine, settings)
     await worker.start()
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
@@ -320,7 +351,90 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
     return Beside(hanging, events / (max(arrivals.values()) - published), _percentile(delays, 0.99))
 
 
-# --- 5. a batching partner against the same partner unbatched ---------------------------------
+# --- 5. like for like: partners at their caps against a plain client at the same concurrency ----
+
+
+@dataclass(frozen=True, slots=True)
+class Case:
+    partners: int
+    cap: int | None  # None: the default cap (SERVICE_WEBHOOK_MAX_IN_FLIGHT, 8)
+
+    @property
+    def concurrency(self) -> int:
+        return self.partners * (self.cap or DEFAULT_CAP)
+
+    def __str__(self) -> str:
+        cap = f"cap {self.cap}" if self.cap else f"default cap {DEFAULT_CAP}"
+        return f"{self.partners} partner{'s' if self.partners > 1 else ''} at {cap}"
+
+
+DEFAULT_CAP = 8
+LIKE_FOR_LIKE = (Case(1, 16), Case(1, 64), Case(10, None))
+
+
+async def capped_rate(
+    database_url: str, base: str, session: aiohttp.ClientSession, case: Case, events: int
+) -> float:
+    """Deliveries per second for the worker (its own default concurrency) draining a backlog of
+    ``events`` deliveries spread over ``case.partners`` partners held to their caps."""
+    from service.keyring import parse_keys
+    from service.webhooks import partners
+
+    engine, settings = await setup(database_url, base)
+    try:
+        async with engine.begin() as conn:  # type: ignore[attr-defined]
+            await conn.execute(
+                partners.partners.update().values(max_in_flight=case.cap, url=f"{base}/hook/0")
+            )
+            for n in range(1, case.partners):
+                new = partners.NewPartner(
+                    name=f"bench {n}", url=f"{base}/hook/{n}", events=None, max_in_flight=case.cap
+                )
+                await partners.create_partner(conn, new, now=_now(), keyring=parse_keys(BENCH_SECRETS_KEY))
+        await backlog(engine, events // case.partners, prefix=f"cap{case.partners}x{case.cap}")
+        await session.post(f"{base}/reset")
+        seconds = await drain_backlog(engine, settings, events, None)
+        posted = await _aget(session, f"{base}/posts")
+    finally:
+        await engine.dispose()  # type: ignore[attr-defined]
+    assert posted == {"posts": events}, posted
+    return events / seconds
+
+
+async def run_like_for_like(args: argparse.Namespace, base: str, database_url: str) -> int:
+    """Each case against a plain client at the same concurrency, alternating for a few rounds on the
+    same receiver with the same bodies; the best of each side counts."""
+    from service import collector
+
+    collector.tune()
+    events = args.like_for_like
+    bodies = plain_bodies(events)
+    backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    print(f"like for like: a backlog of {events} deliveries drained by the worker (its default concurrency) "
+          f"against a plain aiohttp client posting the same bodies at the partners' summed caps, {backend}, "
+          f"{args.rounds} rounds (plain and service alternate)")  # fmt: skip
+    ok = True
+    async with aiohttp.ClientSession() as session:
+        for case in LIKE_FOR_LIKE:
+            rounds: list[tuple[float, float]] = []
+            for _ in range(args.rounds):
+                await session.post(f"{base}/reset")
+                plain_rate = events / await plain(base, bodies, case.concurrency)
+                service_rate = await capped_rate(database_url, base, session, case, events)
+                rounds.append((plain_rate, service_rate))
+            best_plain = max(plain for plain, _ in rounds)
+            best_service = max(service for _, service in rounds)
+            ratio = best_service / best_plain
+            each = ", ".join(f"{service / plain:4.2f}" for plain, service in rounds)
+            print(f"  {str(case) + ':':28s} plain at {case.concurrency:3d} {best_plain:7.0f}/s, service "
+                  f"{best_service:7.0f}/s: ratio {ratio:4.2f} (rounds {each}; aim >= {LIKE_AIM}, "
+                  f"floor {RATIO_TARGET})")  # fmt: skip
+            ok = ok and ratio >= RATIO_TARGET
+    print("PASS" if ok else "BELOW TARGET")
+    return 0 if ok else 1
+
+
+# --- 6. a batching partner against the same partner unbatched ---------------------------------
 
 
 async def burst_rate(
@@ -342,9 +456,7 @@ async def burst_rate(
                 await conn.execute(partners.partners.update().values(batch=policy.dumps()))
         await backlog(engine, events, prefix=f"burst{batch}")
         await session.post(f"{base}/reset")
-        from service.webhooks.worker import Worker
-
-        worker = Worker(engine, settings=settings, clock=_now, concurrency=concurrency)  # type: ignore[arg-type]
+        worker = _worker(engine, settings, concurrency)
         started = time.perf_counter()
         await worker.start()
         try:
@@ -524,6 +636,11 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--batch-size", type=int, default=100, help="maxEvents of the batching partner")
     parser.add_argument(
+        "--like-for-like", type=int, default=0, metavar="DELIVERIES",
+        help="instead: partners at cap 16, cap 64 and ten at the default cap against a plain client at "
+        "the same concurrency",
+    )  # fmt: skip
+    parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
     )
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
@@ -537,6 +654,8 @@ def main(argv: list[str] | None = None) -> int:
         database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
         if args.batch:
             return asyncio.run(run_batch(args, base, database_url))
+        if args.like_for_like:
+            return asyncio.run(run_like_for_like(args, base, database_url))
         return asyncio.run(run(args, base, database_url))
 
 

@@ -86,13 +86,11 @@ async def settled_rows(engine: Any, count: int, rooms: int) -> None:
 async def one_round(
     args: argparse.Namespace, base: str, database_url: str, pruning: bool, window: float
 ) -> Round:
-    from service.webhooks.worker import Worker
-
     engine, settings = await delivery.setup(database_url, base)
     try:
         await settled_rows(engine, args.settled, args.rooms)
         await delivery.backlog(engine, args.backlog)
-        worker = Worker(engine, settings=settings, clock=delivery._now, concurrency=CONCURRENCY)  # type: ignore[arg-type]
+        worker = delivery._worker(engine, settings, CONCURRENCY)
         await worker.start()
         try:
             while worker.settled < args.backlog // 10:

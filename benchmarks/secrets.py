@@ -4,7 +4,7 @@
 
 One database (a SQLite file of its own, or ``--database-url``) holds ``--partners`` partners and
 ``--events`` events, one delivery each per partner. A round makes every delivery due again, then
-claims them all in batches of the worker's size (``outbox.claim_due``) and signs each claimed job
+claims them all in batches of the worker's size (``claim.claim_due``) and signs each claimed job
 as the sender does (``signing.signature_headers``, every live secret): the worker's path minus the
 network. The stored secrets are sealed (``fernet:`` tokens, opened once per partner per claim) or
 plaintext (what the column held before sealing, passed through unopened), alternating the two
@@ -30,6 +30,7 @@ from service.db.tables import deliveries, partner_secrets
 from service.events import parse_event
 from service.keyring import Keyring, parse_keys
 from service.webhooks import outbox, partners
+from service.webhooks.claim import claim_due
 from service.webhooks.signing import signature_headers
 from service.webhooks.states import DeliveryStatus
 from service.webhooks.worker import BATCH
@@ -90,7 +91,7 @@ async def claim_and_sign(database_url: str, keyring: Keyring, round_number: int)
         started = time.perf_counter()
         while True:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn, now=now, limit=BATCH, lease=LEASE, default_cap=10_000, keyring=keyring
                 )
             if not jobs:

@@ -19,7 +19,7 @@ from service.events import (
     payload_json_schema,
 )
 from service.partner_docs import VERIFYING_SIGNATURES, page_url
-from service.settings import Settings
+from service.settings import DEFAULT_RETRY_SCHEDULE, Settings
 from service.webhooks.batching import (
     BATCHABLE,
     DEFAULT_MAX_EVENTS,
@@ -28,7 +28,7 @@ from service.webhooks.batching import (
     MAX_WAIT,
     MIN_WAIT,
 )
-from service.webhooks.retry import DEFAULT_SCHEDULE, JITTER, MAX_RETRY_AFTER
+from service.webhooks.retry import JITTER, MAX_RETRY_AFTER
 from service.webhooks.signing import STANDARD_ID_HEADER, signature_description
 
 # docs/architecture.md "Public contract".
@@ -42,7 +42,6 @@ DELIVERY_STATUS = "schema-ready"  # for every event (docs/architecture.md "Event
 
 # The catalog describes the platform's promise, the documented default retry policy
 # (docs/architecture.md "Retries"), not whatever one deployment overrides it with.
-DEFAULT_RETRY_SCHEDULE = DEFAULT_SCHEDULE
 RETRY_JITTER = JITTER
 ATTEMPT_TIMEOUT = Settings.model_fields["webhook_timeout"].default  # SERVICE_WEBHOOK_TIMEOUT
 

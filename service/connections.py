@@ -41,7 +41,7 @@ BODY_WITHIN = 30.0  # seconds from a request's first byte to the end of its body
 # Redis, log and SQLite files, the listening socket, and the delivery worker's connections to
 # partners (its sender pool) when it runs in the process.
 RESERVE = 128
-WORKER_RESERVE = 512
+WORKER_RESERVE = 512 + 64  # the worker's concurrency (webhooks.worker.CONCURRENCY) and its database pool
 
 
 def connection_limit(wanted: int, run_worker: bool, descriptors: int | None = None) -> int:

@@ -17,8 +17,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from service.proxies import parse_networks
-from service.webhooks.retry import DEFAULT_SCHEDULE
 
+# SERVICE_WEBHOOK_RETRY_SCHEDULE's default, seconds between attempts after the first: about 30 hours
+# in all, so an endpoint down for a day still gets every event (docs/architecture.md "Retries").
+DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 # The shortest admin token accepted: 32 characters of even a small alphabet are far beyond
 # guessing at the throttled pace of failed attempts (``service.admin.FAILED_ATTEMPTS_LIMIT``).
 ADMIN_TOKEN_MIN_LENGTH = 32
@@ -58,7 +60,7 @@ class Settings(BaseSettings):
         default="service-limits", description="Prefix of the rate-limit keys in Redis."
     )
     webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = Field(
-        default=DEFAULT_SCHEDULE,
+        default=DEFAULT_RETRY_SCHEDULE,
         description="Seconds between delivery attempts after the first, comma-separated; ±20% jitter.",
     )
     webhook_timeout: float = Field(default=15.0, description="Seconds a delivery attempt may take.")

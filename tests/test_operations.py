@@ -14,8 +14,8 @@ from service.db.engine import create_engine
 from service.errors import from_domain
 from service.exceptions import DomainError, InvalidInput, StateConflict, UnknownResource
 from service.settings import Settings
+from service.webhooks import wiring
 from service.webhooks.operations import DeliveryFilter, Operations
-from service.webhooks.sender import Sender
 
 
 class Recorder:
@@ -36,7 +36,7 @@ async def operations(database_url: str, clock: Any) -> AsyncIterator[tuple[Opera
     settings = Settings(database_url=database_url, webhook_allow_private_urls=True)
     engine = create_engine(database_url)
     notifier = Recorder()
-    async with Sender(timeout=2, allow_private=True, clock=clock) as sender:
+    async with wiring.sender(settings, clock=clock) as sender:
         yield Operations(engine, settings, clock, sender, notifier=notifier), notifier
     await engine.dispose()
 

@@ -22,11 +22,11 @@ from service.cli import main
 from service.clock import ManualClock
 from service.db.engine import create_engine
 from service.db.tables import partners
+from service.events import parse_event
 from service.metrics import NAME_LABEL_MAX, Metrics, name_label
 from service.settings import Settings
-from service.webhooks import outbox, worker_http
+from service.webhooks import outbox, wiring, worker_http
 from service.webhooks.standing import FAILED_COUNT
-from service.webhooks.worker import Worker
 from tests.tools import require_tool
 
 # A name an admin may type: quotes, a backslash, a line break, markup, an escape sequence, and
@@ -221,8 +221,8 @@ async def scrape_a_worker(database_url: str, clock: ManualClock, receiver: Recei
     metrics = Metrics()
     config = Settings(database_url=database_url, **settings())
     try:
-        await outbox.publish_event(engine, room_claimed("late"), now=clock())
-        async with Worker(engine, settings=config, clock=clock, metrics=metrics) as worker:
+        await outbox.publish_event(engine, parse_event(room_claimed("late"), now=clock()), now=clock())
+        async with wiring.worker(engine, config, clock=clock, metrics=metrics) as worker:
             assert await worker.drain() >= 1
             app = worker_http.create_app(
                 heartbeat=worker, engine=engine, metrics=metrics, clock=clock, stale_after=15.0

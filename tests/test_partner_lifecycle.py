@@ -15,6 +15,8 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 
 from service.cli import main
 from service.clock import format_timestamp
+from service.webhooks import settle
+from service.webhooks.claim import claim_due
 
 ONE_TRY = {"webhook_retry_schedule": ()}  # a failed attempt is final: failed at once
 
@@ -153,7 +155,6 @@ def test_an_attempt_in_flight_when_its_partner_is_removed_stays_cancelled(
     make_client: Any, database_url: str, clock: Any
 ) -> None:
     """The worker's answer for a claim taken before the removal cannot settle the delivery."""
-    from service.webhooks import outbox
     from service.webhooks.worker import lease_for
 
     with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
@@ -162,7 +163,7 @@ def test_an_attempt_in_flight_when_its_partner_is_removed_stays_cancelled(
 
         async def claim_then_remove() -> list[Any]:
             async with client.app.ctx.engine.begin() as conn:
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn,
                     now=clock(),
                     limit=10,
@@ -181,7 +182,7 @@ def test_an_attempt_in_flight_when_its_partner_is_removed_stays_cancelled(
             async with worker_for(client.app) as worker:
                 record = await worker.attempt(job)
                 async with client.app.ctx.engine.begin() as conn:
-                    await outbox.record_attempts(conn, [record], breaker=worker.breaker)
+                    await settle.record(conn, [record], breaker=worker.breaker)
 
         client.run(answer_late())
         [delivery] = deliveries(client)
@@ -286,7 +287,6 @@ def test_resend_sends_a_delivered_delivery_again_under_its_id(make_client: Any, 
 
 def test_resend_refuses_what_it_must_not_send(make_client: Any, clock: Any) -> None:
     """404 for an unknown delivery; 409 for one in flight and for a removed partner's."""
-    from service.webhooks import outbox
     from service.webhooks.worker import lease_for
 
     with Receiver() as receiver, make_client(**settings()) as client:
@@ -297,7 +297,7 @@ def test_resend_refuses_what_it_must_not_send(make_client: Any, clock: Any) -> N
 
         async def claim() -> None:
             async with client.app.ctx.engine.begin() as conn:
-                await outbox.claim_due(
+                await claim_due(
                     conn,
                     now=clock(),
                     limit=1,

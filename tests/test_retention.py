@@ -21,7 +21,7 @@ from service.db.engine import create_engine
 from service.db.rooms import known_rooms
 from service.db.tables import deliveries, delivery_attempts, events, partners, registrations
 from service.settings import Settings
-from service.webhooks import retention
+from service.webhooks import retention, wiring
 from service.webhooks.states import SETTLED, DeliveryStatus
 from service.webhooks.worker import PRUNE_EVERY, PRUNE_FIRST, Worker
 
@@ -333,7 +333,7 @@ def test_the_worker_prunes_soon_after_start_then_hourly(database_url: str, clock
         rows.event("evt_1", OLD)
         rows.delivery("dlv_1", "evt_1", DeliveryStatus.FAILED, age=OLD)
         await rows.store(engine)
-        worker = Worker(engine, settings=config, clock=clock, poll_interval=0.001)
+        worker = wiring.worker(engine, config, clock=clock, poll_interval=0.001)
         await worker.start()
         try:
             await _until(lambda: worker.next_prune is not None)
@@ -372,7 +372,7 @@ def test_a_failed_pruning_is_logged_and_delivery_goes_on(
     monkeypatch.setattr(retention, "prune", broken)
 
     async def go(engine: AsyncEngine) -> None:
-        worker = Worker(engine, settings=config, clock=clock, poll_interval=0.001)
+        worker = wiring.worker(engine, config, clock=clock, poll_interval=0.001)
         await worker.start()
         try:
             await _until(lambda: worker.next_prune is not None)

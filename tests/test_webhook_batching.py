@@ -29,7 +29,9 @@ from webhook_helpers import (
 from service.catalog import catalog_document
 from service.clock import ManualClock, format_timestamp
 from service.db.engine import create_engine
+from service.events import parse_event
 from service.webhooks import outbox, partners
+from service.webhooks.claim import claim_due, next_due
 from service.webhooks.operations import batch_member
 from service.webhooks.signing import SignatureError, standard_webhooks_secret, verify, verify_standard
 
@@ -148,7 +150,7 @@ def test_a_batch_forms_when_its_oldest_has_waited_max_wait(client_on: Any, clock
 
         async def due() -> datetime | None:
             async with client.app.ctx.engine.connect() as conn:
-                return await outbox.next_due(conn)
+                return await next_due(conn)
 
         assert client.run(due()) == start + timedelta(seconds=5)
         clock.advance(1.9)
@@ -411,12 +413,17 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
             new = NewPartner("batching", "https://partner.example/hook", None, 1000, batch=policy)
             await partners.create_partner(conn, new, now=clock(), keyring=fixed_keyring())
         for number in range(95):
-            await outbox.publish_event(engines[0], trending(number), now=clock())
+            await outbox.publish_event(engines[0], parse_event(trending(number), now=clock()), now=clock())
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(
-                    conn, now=clock(), limit=50, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+                jobs = await claim_due(
+                    conn,
+                    now=clock(),
+                    limit=50,
+                    lease=timedelta(seconds=30),
+                    default_cap=8,
+                    keyring=fixed_keyring(),
                 )
             assert all(job.batch for job in jobs)
             return len(jobs)

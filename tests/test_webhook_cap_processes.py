@@ -25,6 +25,7 @@ from benchmarks.drills.children import Children
 from service.clock import utc_now
 from service.db.engine import create_engine
 from service.db.tables import deliveries
+from service.events import parse_event
 from service.webhooks import outbox
 from tests.conftest import _empty_tables
 from tests.processes import free_port
@@ -113,7 +114,9 @@ def test_the_cap_holds_across_two_worker_processes(postgres_database: str, tmp_p
         async def publish() -> None:
             engine = create_engine(postgres_database)
             for index in range(EVENTS):
-                await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=utc_now())
+                await outbox.publish_event(
+                    engine, parse_event(room_claimed(f"room-{index}"), now=utc_now()), now=utc_now()
+                )
             await engine.dispose()
 
         async def statuses() -> dict[str, int]:

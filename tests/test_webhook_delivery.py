@@ -343,6 +343,28 @@ def test_test_delivery(make_client: Any, clock: Any) -> None:
         assert deliveries(client) == []
 
 
+async def _never_resolves(host: str, port: int) -> list[str]:
+    await asyncio.Event().wait()  # a name server that takes the question and never answers
+    return []
+
+
+def test_a_test_delivery_honours_the_connect_timeout(make_client: Any) -> None:
+    """A partner whose name never resolves: the test delivery gives up at
+    SERVICE_WEBHOOK_CONNECT_TIMEOUT, long before SERVICE_WEBHOOK_TIMEOUT, as the worker's attempts do."""
+    with make_client(**settings(receiver_timeout=30.0, webhook_connect_timeout=0.2)) as client:
+        partner = onboard(client, "http://partner.example/hook")
+        client.app.ctx.resolve = _never_resolves
+        response = client.post(f"/admin/partners/{partner['id']}/test", headers=AUTH)
+        assert response.status == 200
+        attempt = response.json["attempt"]
+        assert (response.json["ok"], attempt["errorClass"], attempt["outcome"]) == (
+            False,
+            "timeout",
+            "failed",
+        )
+        assert attempt["durationMs"] < 10_000  # the whole-attempt timeout is 30 s
+
+
 def test_deliveries_listing_filters(make_client: Any) -> None:
     """GET /admin/deliveries filters by partner, status and event; a bad status is 400."""
     with Receiver() as receiver, make_client(**settings()) as client:

@@ -24,11 +24,13 @@ from webhook_helpers import (
 
 from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
+from service.events import parse_event
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, sender
+from service.webhooks import outbox, partners, sender, settle, wiring
+from service.webhooks.claim import Job, claim_due
 from service.webhooks.partners import NewPartner
-from service.webhooks.worker import Worker
+from service.webhooks.settle import AttemptRecord
 
 HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt timeout below
 TIMEOUT = 2.0
@@ -43,7 +45,9 @@ async def _setup(
                 conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
             )
     for index in range(events):
-        await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+        await outbox.publish_event(
+            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+        )
 
 
 @pytest.mark.parametrize("hanging", [1, 10])
@@ -59,7 +63,7 @@ def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock:
             stuck_partners = [(f"stuck {n}", stuck.url(f"/p{n}"), None) for n in range(hanging)]
             targets = [("healthy", healthy.url(), None), *stuck_partners]
             await _setup(engine, clock, targets, events, load_keyring(config))
-            worker = Worker(engine, settings=config, clock=clock)
+            worker = wiring.worker(engine, config, clock=clock)
             await worker.start()
             try:
                 arrived = await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, TIMEOUT)
@@ -85,7 +89,7 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
-                jobs = await outbox.claim_due(
+                jobs = await claim_due(
                     conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
                 )
             return len(jobs)
@@ -112,14 +116,16 @@ def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
                 conn, NewPartner("big", "https://big.example/", None), now=clock(), keyring=fixed_keyring()
             )
         for index in range(50):
-            await outbox.publish_event(engine, room_claimed(f"room-{index}"), now=clock())
+            await outbox.publish_event(
+                engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+            )
         async with engine.begin() as conn:
             await partners.create_partner(
                 conn, NewPartner("late", "https://late.example/", None), now=clock(), keyring=fixed_keyring()
             )
-        await outbox.publish_event(engine, room_claimed("latecomer"), now=clock())
+        await outbox.publish_event(engine, parse_event(room_claimed("latecomer"), now=clock()), now=clock())
         async with engine.begin() as conn:
-            jobs = await outbox.claim_due(
+            jobs = await claim_due(
                 conn,
                 now=clock(),
                 limit=4,
@@ -143,7 +149,7 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
             config = Settings(database_url=database_url, **settings())
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
             await _setup(engine, clock, targets, 5, load_keyring(config))
-            async with Worker(engine, settings=config, clock=clock) as worker:
+            async with wiring.worker(engine, config, clock=clock) as worker:
                 assert await worker.drain() == 10
             async with engine.connect() as conn:
                 excerpts = (await conn.execute(select(delivery_attempts.c.response_excerpt))).scalars().all()
@@ -172,7 +178,7 @@ def test_a_row_the_database_refuses_is_stored_without_it(
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
             await _setup(engine, clock, targets, 3, keyring)
             config = Settings(database_url=postgres_database, **settings())
-            async with Worker(engine, settings=config, clock=clock, keyring=keyring) as worker:
+            async with wiring.worker(engine, config, clock=clock, keyring=keyring) as worker:
                 await worker.drain()
             async with engine.connect() as conn:
                 rows = await conn.execute(
@@ -289,8 +295,8 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 
     lease = timedelta(seconds=30)
 
-    def delivered(job: outbox.Job) -> outbox.AttemptRecord:
-        return outbox.AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+    def delivered(job: Job) -> AttemptRecord:
+        return AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
     async def scenario() -> tuple[list[Any], list[Any], tuple[Any, ...]]:
         engine = create_engine(database_url)
@@ -298,7 +304,7 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
             engine, clock, [("recovering", "https://partner.example/hook", None)], 2, fixed_keyring()
         )
         async with engine.begin() as conn:
-            jobs = await outbox.claim_due(
+            jobs = await claim_due(
                 conn, now=clock(), limit=10, lease=lease, default_cap=8, keyring=fixed_keyring()
             )
             partner_id = jobs[0].partner_id
@@ -311,9 +317,9 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
                 )
             )
         async with engine.begin() as conn:
-            first = await outbox.record_attempts(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
+            first = await settle.record(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
         async with engine.begin() as conn:
-            second = await outbox.record_attempts(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
+            second = await settle.record(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
             row = (
                 await conn.execute(
                     select(

@@ -17,9 +17,11 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 from service.db.engine import create_engine
 from service.db.tables import deliveries as deliveries_table
 from service.db.tables import delivery_attempts, events
+from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, runtime
+from service.webhooks import outbox, partners, runtime, settle, wiring
+from service.webhooks.claim import Job, claim_due
 from service.webhooks.notify import Listener, notify
 from service.webhooks.worker import Worker, lease_for
 
@@ -111,8 +113,13 @@ def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock
         async def killed_worker() -> int:
             ctx = client.app.ctx
             async with ctx.engine.begin() as conn:  # claimed, then never sent or settled
-                jobs = await outbox.claim_due(
-                    conn, now=clock(), limit=10, lease=lease_for(ctx.settings), default_cap=8, keyring=ctx.keyring
+                jobs = await claim_due(
+                    conn,
+                    now=clock(),
+                    limit=10,
+                    lease=lease_for(ctx.settings),
+                    default_cap=8,
+                    keyring=ctx.keyring,
                 )
             return len(jobs)
 
@@ -140,16 +147,16 @@ def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: A
 
         lease = lease_for(app.ctx.settings)
 
-        async def claim() -> list[outbox.Job]:
+        async def claim() -> list[Job]:
             async with app.ctx.engine.begin() as conn:
-                return await outbox.claim_due(
+                return await claim_due(
                     conn, now=clock(), limit=1, lease=lease, default_cap=8, keyring=app.ctx.keyring
                 )
 
-        async def deliver(worker: Worker, job: outbox.Job) -> None:
+        async def deliver(worker: Worker, job: Job) -> None:
             record = await worker.attempt(job)
             async with app.ctx.engine.begin() as conn:
-                await outbox.record_attempts(conn, [record], breaker=worker.breaker)
+                await settle.record(conn, [record], breaker=worker.breaker)
 
         async def scenario() -> None:
             async with runtime.worker_for(app) as slow, runtime.worker_for(app) as fast:
@@ -185,10 +192,12 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                     new = partners.NewPartner(name=path, url=receiver.url(path), events=None)
                     await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
             for index in range(event_count):
-                await outbox.publish_event(setup, room_claimed(f"room-{index}"), now=clock())
+                await outbox.publish_event(
+                    setup, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                )
             engines = [create_engine(database_url) for _ in range(workers)]
             crew = [
-                Worker(engine, settings=config, clock=clock, rng=random.Random(n), concurrency=5)
+                wiring.worker(engine, config, clock=clock, rng=random.Random(n), concurrency=5)
                 for n, engine in enumerate(engines)
             ]
             for worker in crew:
@@ -259,7 +268,7 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
 
     async def scenario(receiver: Receiver) -> None:
         publisher, engine = create_engine(database_url), create_engine(database_url)
-        worker = Worker(engine, settings=config, clock=clock, poll_interval=3600)
+        worker = wiring.worker(engine, config, clock=clock, poll_interval=3600)
         try:
             async with publisher.begin() as conn:
                 new = partners.NewPartner(name="elsewhere", url=receiver.url(), events=None)
@@ -267,12 +276,14 @@ def test_a_publish_in_another_process_wakes_a_postgresql_worker_at_once(
             await worker.start()
             await asyncio.wait_for(worker.listener.listening.wait(), timeout=10)
             for index in range(3):  # no wake= here: this engine stands for another process
-                await outbox.publish_event(publisher, room_claimed(f"far-{index}"), now=clock())
+                await outbox.publish_event(
+                    publisher, parse_event(room_claimed(f"far-{index}"), now=clock()), now=clock()
+                )
                 arrived = partial(lambda count, requests: len(requests) > count, index)
                 assert await asyncio.to_thread(receiver.wait_for, arrived, 10)
             async with publisher.begin() as conn:  # a resume, too, reaches the other process
                 await partners.set_status(conn, partner.id, "paused", now=clock())
-            await outbox.publish_event(publisher, room_claimed("held"), now=clock())
+            await outbox.publish_event(publisher, parse_event(room_claimed("held"), now=clock()), now=clock())
             async with publisher.begin() as conn:
                 await partners.set_status(conn, partner.id, "active", now=clock())
             assert await asyncio.to_thread(receiver.wait_for, lambda r: len(r) == 4, 10)

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 import pytest
 
+from service.settings import DEFAULT_RETRY_SCHEDULE
 from service.webhooks.retry import (
-    DEFAULT_SCHEDULE,
     MAX_RETRY_AFTER,
     Outcome,
     RetryPolicy,
@@ -21,12 +21,12 @@ RETRY = Outcome(Verdict.RETRY)
 NOW = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 
 
-@pytest.mark.parametrize("attempt", range(1, len(DEFAULT_SCHEDULE) + 1))
+@pytest.mark.parametrize("attempt", range(1, len(DEFAULT_RETRY_SCHEDULE) + 1))
 def test_each_delay_is_the_schedule_within_twenty_percent(attempt: int) -> None:
     """Attempt n waits schedule[n-1] seconds, give or take 20%, and jitter really varies."""
     policy = RetryPolicy()
     rng = random.Random(attempt)
-    scheduled = DEFAULT_SCHEDULE[attempt - 1]
+    scheduled = DEFAULT_RETRY_SCHEDULE[attempt - 1]
     delays = [policy.next_delay(attempt, RETRY, rng) for _ in range(200)]
     assert all(d is not None and 0.8 * scheduled <= d <= 1.2 * scheduled for d in delays)
     assert len(set(delays)) > 100

@@ -33,6 +33,7 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # seconds before answering (real time: keep it short)
     drop: bool = False  # close the connection without an answer
+    hold: threading.Event | None = None  # answer only once the test sets it (at most 30 s)
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     at: float  # time.time() on arrival
+    in_progress: int = 1  # requests to its path being answered on arrival, this one included
 
 
 class Receiver:
@@ -54,6 +56,8 @@ class Receiver:
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self._in_progress: dict[str, int] = defaultdict(int)
+        self.peak: dict[str, int] = defaultdict(int)  # the most requests to a path answered at once
 
     def __enter__(self) -> Receiver:
         self._thread.start()
@@ -103,18 +107,28 @@ class Receiver:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         body = await request.read()
+        path = request.path
         with self._changed:
-            self.requests.append(Received(request.path, dict(request.headers), body, time.time()))
+            self._in_progress[path] += 1
+            now = self._in_progress[path]
+            self.peak[path] = max(self.peak[path], now)
+            self.requests.append(Received(path, dict(request.headers), body, time.time(), now))
             self._changed.notify_all()
-            script = self._scripts[request.path]
+            script = self._scripts[path]
             reply = script.popleft() if script else self.default
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
-        if reply.drop:
-            assert request.transport is not None
-            request.transport.close()
-            return web.Response()
-        return web.Response(status=reply.status, text=reply.body, headers=reply.headers)
+        try:
+            if reply.delay:
+                await asyncio.sleep(reply.delay)
+            if reply.hold is not None:
+                await asyncio.get_running_loop().run_in_executor(None, reply.hold.wait, 30)
+            if reply.drop:
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response()
+            return web.Response(status=reply.status, text=reply.body, headers=reply.headers)
+        finally:
+            with self._lock:
+                self._in_progress[path] -= 1
 
 
 def fixed_keyring() -> Keyring:

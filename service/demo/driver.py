@@ -32,7 +32,7 @@ from service.demo.receivers import LOOPBACK, Endpoint, Receiver, listening_socke
 from service.demo.scenario import Action, Outage, Publish, Submit
 from service.ids import IdSource, SeededIds, new_id
 from service.settings import Settings
-from service.webhooks import outbox, runtime
+from service.webhooks import claim, runtime
 from service.webhooks.worker import Worker
 
 # Deliveries per claim. Everything due is sent before the clock moves again, so this bounds only
@@ -121,7 +121,7 @@ async def send_due(worker: Worker) -> int:
 async def next_due(service: Service) -> datetime | None:
     """When the service's earliest waiting delivery falls due."""
     async with service.app.ctx.engine.connect() as conn:
-        return await outbox.next_due(conn)
+        return await claim.next_due(conn)
 
 
 def _expect(got: object, expected: object, context: object) -> None:

@@ -18,7 +18,7 @@ earn a longer wait).
 
 ``after_attempt`` is the whole state machine. Storage reads a partner's state, folds the batch's
 attempts through it in the order they finished, and writes the result back in the same
-transaction (``service.webhooks.outbox.record_attempts``).
+transaction (``service.webhooks.settle.record``).
 """
 
 from __future__ import annotations

@@ -22,9 +22,10 @@ from service import commands
 from service.clock import utc_now
 from service.keyring import load_keyring
 from service.settings import Settings
+from service.webhooks import wiring
 from service.webhooks.batching import BATCHABLE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_WAIT
 from service.webhooks.operations import DeliveryFilter, Operations
-from service.webhooks.partners import seal_plaintext
+from service.webhooks.worker import CONCURRENCY
 from service.webhooks.worker_http import DEFAULT_HOST, DEFAULT_PORT
 
 Command = Callable[[argparse.Namespace, Settings], int]
@@ -35,20 +36,12 @@ def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, se
     """Run ``work(operations)`` as a command (``service.commands.run``), with a sender of its own
     for test deliveries. A command that handles ``secrets`` loads the key first (and refuses to
     start without one, ``service.keyring``), then seals secrets stored before sealing."""
-    from service.webhooks.sender import Sender
-
-    keyring = load_keyring(settings) if secrets else None
+    if secrets:
+        load_keyring(settings)  # no key on PostgreSQL: refused before anything changes
 
     async def with_operations(engine: AsyncEngine) -> Any:
-        if keyring is not None:
-            async with engine.begin() as conn:
-                await seal_plaintext(conn, keyring)
-        sender = Sender(
-            timeout=settings.webhook_timeout,
-            allow_private=settings.webhook_allow_private_urls,
-            clock=utc_now,
-        )
-        async with sender:
+        keyring = await wiring.keyring(engine, settings) if secrets else None
+        async with wiring.sender(settings, clock=utc_now) as sender:
             return await work(Operations(engine, settings, utc_now, sender, keyring=keyring))
 
     return commands.run(settings, with_operations)
@@ -174,20 +167,17 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
     from service.db.engine import create_engine
     from service.metrics import Metrics
     from service.webhooks import worker_http
-    from service.webhooks.worker import Worker
 
     engine = create_engine(settings.database_url, bounded=True)
-    keyring = load_keyring(settings)
-    async with engine.begin() as conn:  # what migration 0005 moved in plaintext
-        await seal_plaintext(conn, keyring)
+    keyring = await wiring.keyring(engine, settings)  # seals what migration 0005 moved in plaintext
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     metrics = Metrics()
-    worker = Worker(
+    worker = wiring.worker(
         engine,
-        settings=settings,
+        settings,
         clock=utc_now,
         metrics=metrics,
         concurrency=args.concurrency,
@@ -428,7 +418,10 @@ def register(group: Any) -> None:
         settings=DELIVERING,
     )
     worker.add_argument(
-        "--concurrency", type=int, default=32, help="attempts in flight (default: %(default)s)"
+        "--concurrency",
+        type=int,
+        default=CONCURRENCY,
+        help="attempts in flight (default: %(default)s, as in serve)",
     )
     worker.add_argument(
         "--host", default=DEFAULT_HOST, help="address of /healthz, /readyz, /metrics (default: %(default)s)"

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit import audited, reports, unaudited
 from service.clock import Clock, format_timestamp
+from service.events import parse_event
 from service.exceptions import StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
@@ -329,7 +330,7 @@ class Operations:
         async with self.engine.begin() as conn:
             if await partners.get_partner(conn, partner_id) is None:
                 raise unknown_partner()
-            requeued = await partners.retry_failed(conn, partner_id, now=self.clock())
+            requeued = await requeue.retry_failed(conn, partner_id, now=self.clock())
         if requeued:
             self.notifier.deliveries_due()
         return {"partnerId": partner_id, "requeued": requeued}
@@ -338,7 +339,8 @@ class Operations:
 
     async def publish(self, data: Mapping[str, Any]) -> Document:
         """Validate ``{event, ...members}``, store the event and its deliveries together, fan out."""
-        published = await outbox.publish_event(self.engine, data, now=self.clock())
+        now = self.clock()
+        published = await outbox.publish_event(self.engine, parse_event(data, now=now), now=now)
         if published.deliveries:
             self.notifier.deliveries_due()
         if not published.duplicate:

@@ -5,7 +5,7 @@ form, so its libraries take them unchanged; partners onboarded earlier hold ``to
 secrets, which keep working: see ``signing.standard_key``) and leave the service only in the answer
 to an onboarding or a rotation; ``Partner`` (what listings show) never holds them. They are stored
 sealed (``service.keyring``) in ``partner_secrets`` and opened only to sign: by the claim
-(``outbox.claim_due``) and by a test delivery (``live_secrets``).
+(``claim.claim_due``) and by a test delivery (``live_secrets``).
 
 A rotation issues a new current secret; the secrets live until then keep signing for the overlap
 (``Settings.secret_rotation_overlap`` or the call's own), so a partner can roll its verifier without
@@ -484,29 +484,6 @@ async def reseal_secrets(conn: AsyncConnection, keyring: Keyring, *, plaintext_o
 async def seal_plaintext(conn: AsyncConnection, keyring: Keyring) -> int:
     """Seal the secrets stored before sealing (migration 0005 moved them in plaintext)."""
     return await reseal_secrets(conn, keyring, plaintext_only=True)
-
-
-async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime) -> int:
-    """Make the partner's failed deliveries pending again, due now; how many were requeued.
-
-    Each requeued delivery gets one more attempt; if that one fails too it is failed again
-    (its schedule was already spent), until the next admin retry. A failed batch is requeued as
-    one delivery (the same bytes); its members wait in it again, ``batched``.
-    """
-    failed = and_(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
-    await conn.execute(
-        update(deliveries)
-        .where(failed, deliveries.c.batch_id.is_not(None))
-        .values(status=DeliveryStatus.BATCHED, updated_at=now)
-    )
-    result = await conn.execute(
-        update(deliveries)
-        .where(failed)
-        .values(status=DeliveryStatus.PENDING, next_attempt_at=now, updated_at=now)
-    )
-    if result.rowcount:
-        await notify(conn)
-    return int(result.rowcount)
 
 
 async def update_partner(

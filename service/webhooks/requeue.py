@@ -1,12 +1,13 @@
-"""Sending deliveries again at an admin's request: a window of them (replay) or one (resend).
+"""Sending deliveries again: at an admin's request a window of them (replay), one (resend) or a
+partner's failed ones (retry_failed); and a claim handed back unsent (``claim.release``).
 
-Both make deliveries ``pending`` and due now, with their delivery id, body and attempt count kept:
+Each makes deliveries ``pending`` and due now (``requeued``), with their delivery id, body and
+attempt count kept:
 the next attempt is numbered after the last one logged, and the partner sees the same
 ``x-service-delivery`` id (``webhook-id``) as before, so a receiver that deduplicates by it can.
 A partner that was removed is never sent to again: its cancelled deliveries stay cancelled. A
 batch is sent again as a whole (its own delivery, the same bytes); the events in it wait in it
 again (``batched``) and are never requeued one by one.
-(A partner's own ``retry`` of its failed deliveries is ``partners.retry_failed``.)
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import Enum
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import deliveries, partners
@@ -22,7 +23,8 @@ from service.webhooks.notify import notify
 from service.webhooks.states import DeliveryStatus, PartnerStatus
 
 
-def _requeue(now: datetime) -> dict[str, object]:
+def requeued(now: datetime) -> dict[str, object]:
+    """The columns of a delivery made ``pending`` and due ``now``, unclaimed and undelivered."""
     return {
         "status": DeliveryStatus.PENDING,
         "next_attempt_at": now,
@@ -62,7 +64,7 @@ async def replay(
         .values(status=DeliveryStatus.BATCHED, updated_at=now)
     )
     result = await conn.execute(
-        update(deliveries).where(*conditions, deliveries.c.batch_id.is_(None)).values(**_requeue(now))
+        update(deliveries).where(*conditions, deliveries.c.batch_id.is_(None)).values(**requeued(now))
     )
     if result.rowcount:
         await notify(conn)
@@ -100,7 +102,7 @@ async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> R
     changed = await conn.execute(
         update(deliveries)
         .where(deliveries.c.id == delivery_id, deliveries.c.status == status)
-        .values(**_requeue(now))
+        .values(**requeued(now))
     )
     if not changed.rowcount:
         return Resent.IN_FLIGHT
@@ -111,3 +113,22 @@ async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> R
     )
     await notify(conn)
     return Resent.REQUEUED
+
+
+async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime) -> int:
+    """Make the partner's failed deliveries pending again, due now; how many were requeued.
+
+    Each requeued delivery gets one more attempt; if that one fails too it is failed again
+    (its schedule was already spent), until the next admin retry. A failed batch is requeued as
+    one delivery (the same bytes); its members wait in it again, ``batched``.
+    """
+    failed = and_(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+    await conn.execute(
+        update(deliveries)
+        .where(failed, deliveries.c.batch_id.is_not(None))
+        .values(status=DeliveryStatus.BATCHED, updated_at=now)
+    )
+    result = await conn.execute(update(deliveries).where(failed).values(**requeued(now)))
+    if result.rowcount:
+        await notify(conn)
+    return int(result.rowcount)

@@ -14,9 +14,8 @@ from datetime import datetime
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 
-# SERVICE_WEBHOOK_RETRY_SCHEDULE's default, seconds between attempts after the first: about 30 hours
-# in all, so an endpoint down for a day still gets every event (docs/architecture.md "Retries").
-DEFAULT_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
+from service.settings import DEFAULT_RETRY_SCHEDULE
+
 JITTER = 0.2  # ±20% jitter, so a partner's recovery is not met by a synchronised wave
 # A partner's Retry-After may stretch a delay, but not park a delivery for longer than an hour
 # beyond what the schedule itself would wait.
@@ -63,7 +62,7 @@ def parse_retry_after(value: str | None, now: datetime) -> float | None:
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    schedule: tuple[float, ...] = DEFAULT_SCHEDULE
+    schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
     jitter: float = JITTER
     max_retry_after: float = MAX_RETRY_AFTER
 

@@ -17,13 +17,13 @@ from typing import Any
 
 from sanic import Sanic
 
+from service.webhooks import wiring
 from service.webhooks.operations import Operations
 from service.webhooks.sender import Sender
 from service.webhooks.ssrf import Resolve
 from service.webhooks.worker import Worker
 
 App = Sanic[Any, Any]
-TEST_SENDER_CONNECTIONS = 4  # test deliveries only; the worker has its own pool
 
 
 @dataclass
@@ -59,9 +59,9 @@ def resolver(ctx: Any) -> Resolve:
 def worker_for(app: App, *, rng: random.Random | None = None, **options: Any) -> Worker:
     """A worker on the app's engine, clock, metrics and wake-up (tests pass ``rng`` and options)."""
     ctx = app.ctx
-    return Worker(
+    return wiring.worker(
         ctx.engine,
-        settings=ctx.settings,
+        ctx.settings,
         clock=ctx.clock,
         metrics=ctx.metrics,
         rng=rng,
@@ -77,13 +77,7 @@ def install(app: App) -> None:
     async def open_webhooks(app: App) -> None:
         ctx = app.ctx
         settings = ctx.settings
-        sender = Sender(
-            timeout=settings.webhook_timeout,
-            allow_private=settings.webhook_allow_private_urls,
-            clock=ctx.clock,
-            resolve=resolver(ctx),
-            limit=TEST_SENDER_CONNECTIONS,
-        )
+        sender = wiring.sender(settings, clock=ctx.clock, resolve=resolver(ctx))
         await sender.open()
         ctx.webhooks = Webhooks(wake=asyncio.Event(), sender=sender)
         ctx.operations = Operations(

@@ -16,7 +16,7 @@ The loop is made of standard parts:
   hundreds of attempts; an idle worker turns as soon as something happens.
 
 Claims serve partners in turn and hold each to its in-flight cap across every worker
-(``outbox.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
+(``claim.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
 enough that a few hanging partners' slots leave most of it free, and a partner failing attempt
 after attempt soon has its circuit opened (``service.webhooks.breaker``) and holds one at most.
 
@@ -50,24 +50,26 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
 from service.db.writer import refused_rows
-from service.keyring import Keyring, load_keyring
+from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks import outbox, retention
+from service.webhooks import pacing, retention, settle
 from service.webhooks.breaker import BreakerPolicy, Change
+from service.webhooks.claim import Job, claim_due, release
 from service.webhooks.notify import Listener
-from service.webhooks.outbox import AttemptRecord, Job
-from service.webhooks.retry import Outcome, RetryPolicy, Verdict
-from service.webhooks.sender import Attempt, Sender
-from service.webhooks.ssrf import Resolve, system_resolve
-from service.webhooks.states import AttemptOutcome
+from service.webhooks.recorder import Recorder
+from service.webhooks.retry import RetryPolicy
+from service.webhooks.sender import Sender
+from service.webhooks.settle import AttemptRecord
 
 log = logging.getLogger(__name__)
 
 # Attempts in flight per worker, each a sender task and a connection slot. Well above any one
-# partner's cap (SERVICE_WEBHOOK_MAX_IN_FLIGHT, 8 by default): fifteen partners hanging at their
-# cap leave more than half of it to everyone else, and an open circuit holds one slot at most.
-CONCURRENCY = 256
+# partner's cap (SERVICE_WEBHOOK_MAX_IN_FLIGHT, 8 by default): fifty partners hanging at their cap
+# (400 slots) still leave a fifth of it to everyone else (tests/test_worker_slots.py), and an open
+# circuit holds one slot at most. A server that runs the worker keeps this many descriptors aside
+# (service.connections.WORKER_RESERVE).
+CONCURRENCY = 512
 POLL_INTERVAL = 1.0  # seconds; bounds how late a due retry or another process's publish is seen
 # A claim lasts about twice the webhook timeout plus a few seconds, so a live worker always settles
 # before its lease ends and a killed one's claims return soon (docs/architecture.md
@@ -100,35 +102,6 @@ def breaker_policy(settings: Settings) -> BreakerPolicy:
     )
 
 
-def settle(
-    job: Job, attempt: Attempt, *, policy: RetryPolicy, rng: random.Random, now: datetime
-) -> AttemptRecord:
-    """What an attempt's answer does to its delivery: delivered, retry later, failed or paused."""
-    verdict = attempt.verdict
-    next_at: datetime | None = None
-    if verdict is Verdict.DELIVERED:
-        result = AttemptOutcome.DELIVERED
-    elif verdict is Verdict.GONE:
-        result, next_at = AttemptOutcome.PAUSED, now  # due again the moment the partner is resumed
-    else:
-        delay = policy.next_delay(job.attempt, Outcome(verdict, attempt.retry_after), rng)
-        if delay is None:
-            result = AttemptOutcome.FAILED
-        else:
-            result, next_at = AttemptOutcome.RETRY, now + timedelta(seconds=delay)
-    return AttemptRecord(
-        job=job,
-        started_at=attempt.started_at,
-        duration_ms=attempt.duration_ms,
-        status_code=attempt.status_code,
-        error_class=attempt.error_class,
-        response_excerpt=attempt.response_excerpt,
-        outcome=result,
-        finished_at=now,
-        next_attempt_at=next_at,
-    )
-
-
 class Worker:
     def __init__(
         self,
@@ -136,22 +109,24 @@ class Worker:
         *,
         settings: Settings,
         clock: Clock,
+        sender: Sender,
+        keyring: Keyring,
         metrics: Metrics | None = None,
         rng: random.Random | None = None,
-        resolve: Resolve = system_resolve,
         wake: asyncio.Event | None = None,
         concurrency: int = CONCURRENCY,
         poll_interval: float = POLL_INTERVAL,
-        keyring: Keyring | None = None,
     ) -> None:
-        """``keyring`` opens the partners' secrets; by default the settings' (``load_keyring``)."""
+        """``sender`` makes the attempts (``concurrency`` connections); ``keyring`` opens the
+        partners' secrets. ``service.webhooks.wiring.worker`` builds both from the settings."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.engine = engine
-        self.keyring = keyring or load_keyring(settings)
+        self.keyring = keyring
         self.settings = settings
         self.clock = clock
         self.metrics = metrics
+        self.recorder = Recorder(metrics)
         self.rng = rng or random.Random()
         self.policy = RetryPolicy.from_schedule(settings.webhook_retry_schedule)
         self.breaker = breaker_policy(settings)
@@ -161,14 +136,7 @@ class Worker:
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.wake = wake or asyncio.Event()
-        self.sender = Sender(
-            timeout=settings.webhook_timeout,
-            connect_timeout=settings.webhook_connect_timeout,
-            allow_private=settings.webhook_allow_private_urls,
-            clock=clock,
-            resolve=resolve,
-            limit=concurrency,
-        )
+        self.sender = sender
         self.listener = Listener(engine, self.wake)
         self.settled = 0  # attempts logged by this worker, for benchmarks and drills
         self.retention = timedelta(days=settings.retention_days)
@@ -179,17 +147,23 @@ class Worker:
         self._task: asyncio.Task[int] | None = None
         self._stopping = False
         self._grace = settings.webhook_timeout + 1  # for attempts in flight at stop
-        self._batch = min(BATCH, 8 * concurrency)
-        self._room = concurrency + min(WAITING, 2 * self._batch)  # claimed: queued or in flight
+        batch = min(BATCH, 8 * concurrency)
+        self.pace = pacing.Pace(
+            batch=batch, capacity=concurrency + min(WAITING, 2 * batch), log_delay=LOG_DELAY
+        )
         self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
         # One run's parts (set up by `run`).
-        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
+        self._jobs: asyncio.Queue[tuple[float, int, Job]] = asyncio.Queue()
         self._records: list[AttemptRecord] = []
         self._first_record_at = 0.0
         self._expired: list[Job] = []
         self._in_flight = 0
+        self._claims = 0  # claims made; each claimed job carries its claim's number
+        self._unfinished = 0  # the last claim's jobs not yet attempted or handed back
         self._nudge = asyncio.Event()
         self._woken = False
+        self._drained = False  # the last claim took all there was (see ``pacing``)
+        self._turn_seconds = 0.0  # how long the last turn took
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -241,8 +215,8 @@ class Worker:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
         settled_before = self.settled
         self._jobs = asyncio.Queue()
-        self._records, self._expired, self._in_flight = [], [], 0
-        self._nudge = asyncio.Event()
+        self._records, self._expired, self._in_flight, self._unfinished = [], [], 0, 0
+        self._nudge, self._drained = asyncio.Event(), False
         async with asyncio.TaskGroup() as group:
             senders = [
                 group.create_task(self._send(), name=f"webhook-sender-{number}")
@@ -261,58 +235,61 @@ class Worker:
         return self.settled - settled_before
 
     async def _bookkeep(self, until_idle: bool) -> None:
-        """The loop's one database user: log what finished, hand back what expired, claim for room.
+        """The loop's one database user: log what finished, hand back what expired, claim for room,
+        as ``pacing.decide`` says.
 
-        After a claim comes back empty (nothing more is due) it claims again only when woken from
-        outside (a publish, a resume, a retry) or after ``poll_interval``.
+        After a claim comes back short (nothing more is claimable) it claims again only once an
+        attempt is logged, when woken from outside (a publish, a resume, a retry) or after
+        ``poll_interval``.
         """
         loop = asyncio.get_running_loop()
         last_claim = -float("inf")
-        drained = False
         while not self._stopping:
             self.last_turn = time.monotonic()
-            if self._woken:
-                self._woken, drained = False, False
-            if loop.time() - last_claim >= self.poll_interval:
-                drained = False
-            held = self._in_flight + self._jobs.qsize()
-            idle = not held
-            room = min(self._room - held, self._batch)
-            claim = room if not drained and (room >= self._batch or (room > 0 and idle)) else 0
-            waiting = len(self._records)
-            late = waiting and loop.time() - self._first_record_at >= LOG_DELAY
-            # With nothing queued, senders are waiting on claims that partners' caps may hold
-            # back until these attempts are logged: log them now rather than after LOG_DELAY.
-            starved = not self._jobs.qsize()
-            if claim or self._expired or (waiting and (waiting >= self._batch or idle or late or starved)):
-                settled = self.settled
-                try:
-                    jobs = await self._turn(claim)
-                except Exception:
-                    self.failing = True
-                    log.exception("the outbox is unreachable; trying again shortly")
-                    self._drop_stale_records()
-                    await self._pause(self.poll_interval)
-                    continue
-                self.failing = False
-                if claim:
-                    last_claim, drained = loop.time(), not jobs
-                if self.settled > settled and not claim:
-                    # Settled attempts free their partners' caps: what the last claim left for
-                    # being over a cap may be claimable now.
-                    drained = False
-                start_by = loop.time() + self._start_within
-                for job in jobs:
-                    self._jobs.put_nowait((start_by, job))
-                continue
-            if until_idle and drained and idle and not waiting:
+            if self._woken or loop.time() - last_claim >= self.poll_interval:
+                self._woken, self._drained = False, False
+            moment = self._moment()
+            if until_idle and pacing.idle(moment):
                 return
-            if waiting:
-                timeout = self._first_record_at + LOG_DELAY - loop.time()
-            else:
-                since = loop.time() - last_claim if drained else 0.0
-                timeout = self.poll_interval - since
-            await self._pause(timeout)
+            turn = pacing.decide(moment, self.pace)
+            if not turn.now:
+                wait = turn.wait
+                if wait is None:
+                    since = loop.time() - last_claim if self._drained else 0.0
+                    wait = self.poll_interval - since
+                await self._pause(wait)
+                continue
+            began = loop.time()
+            try:
+                logged, jobs = await self._turn(turn.claim)
+            except Exception:
+                log.exception("the outbox is unreachable; trying again shortly")
+                self._drop_stale_records()
+                await self._pause(self.poll_interval)
+                continue
+            self._turn_seconds = loop.time() - began
+            if turn.claim:
+                last_claim, self._drained = loop.time(), len(jobs) < turn.claim
+            elif logged:
+                self._drained = False  # their partners' slots are free: claimable again
+            if jobs:
+                self._claims, self._unfinished = self._claims + 1, len(jobs)
+            start_by = loop.time() + self._start_within
+            for job in jobs:
+                self._jobs.put_nowait((start_by, self._claims, job))
+
+    def _moment(self) -> pacing.Moment:
+        records = self._records
+        return pacing.Moment(
+            finished=len(records),
+            expired=len(self._expired),
+            queued=self._jobs.qsize(),
+            in_flight=self._in_flight,
+            unfinished=self._unfinished,
+            drained=self._drained,
+            oldest=asyncio.get_running_loop().time() - self._first_record_at if records else 0.0,
+            turn_seconds=self._turn_seconds,
+        )
 
     async def _pause(self, timeout: float) -> None:
         """Wait until nudged or for ``timeout`` seconds."""
@@ -357,9 +334,12 @@ class Worker:
         """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
         loop = asyncio.get_running_loop()
         while True:
-            start_by, job = await self._jobs.get()
+            start_by, claim, job = await self._jobs.get()
+            if not self._jobs.qsize() and pacing.decide(self._moment(), self.pace).now:
+                self._nudge.set()  # the queue ran dry: claim more now
             if self._stopping or loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
+                self._finished(claim)
                 self._nudge.set()
                 continue
             self._in_flight += 1
@@ -372,25 +352,24 @@ class Worker:
                 continue
             finally:
                 self._in_flight -= 1
-            if not self._records:
+                self._finished(claim)
+            first = not self._records
+            if first:
                 self._first_record_at = loop.time()
             self._records.append(record)
-            if self._want_turn():
+            # Not for every attempt: the first one waiting starts the bookkeeper's timer, later
+            # ones wake it only when it has work.
+            if first or self._stopping or pacing.decide(self._moment(), self.pace).now:
                 self._nudge.set()
 
-    def _want_turn(self) -> bool:
-        """After an attempt: whether the bookkeeper has work now, so it is not woken for every
-        attempt only to wait again."""
-        finished = len(self._records)
-        if finished == 1 or finished >= self._batch or self._stopping or not self._jobs.qsize():
-            return True
-        held = self._in_flight + self._jobs.qsize()
-        return not held or self._room - held >= self._batch
+    def _finished(self, claim: int) -> None:
+        if claim == self._claims:
+            self._unfinished -= 1
 
     async def _wind_down(self) -> None:
         """Hand back what waits unsent; give attempts in flight up to the grace period to finish."""
         while not self._jobs.empty():
-            self._expired.append(self._jobs.get_nowait()[1])
+            self._expired.append(self._jobs.get_nowait()[2])
         if not self._in_flight or not self._stopping:
             return
         loop = asyncio.get_running_loop()
@@ -406,16 +385,17 @@ class Worker:
 
     # --- storage ------------------------------------------------------------------------------
 
-    async def _turn(self, claim: int) -> list[Job]:
-        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction."""
+    async def _turn(self, claim: int) -> tuple[int, list[Job]]:
+        """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction.
+        The attempts logged, and the claimed deliveries."""
         records, self._records = self._records, []
         expired, self._expired = self._expired, []
         if not records and not expired and not claim:
-            return []
+            return 0, []
         try:
             async with self._db_lock, self.engine.begin() as conn:
-                changes = await outbox.record_attempts(conn, records, breaker=self.breaker)
-                await outbox.release_claims(conn, expired, now=self.clock())
+                changes = await settle.record(conn, records, breaker=self.breaker)
+                await release(conn, expired, now=self.clock())
                 jobs = await self._claim(conn, claim) if claim else []
         except Exception as error:
             if records and refused_rows(error):
@@ -423,15 +403,16 @@ class Worker:
                 # batch attempt by attempt so the rest lands, then claim in a turn of its own.
                 await self._record_apart(records)
                 self._expired[:0] = expired
-                return await self._turn(claim)
+                _, jobs = await self._turn(claim)
+                return len(records), jobs
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
             raise
         self._counted(records, changes)
-        return jobs
+        return len(records), jobs
 
     async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
-        return await outbox.claim_due(
+        return await claim_due(
             conn,
             now=self.clock(),
             limit=limit,
@@ -447,7 +428,7 @@ class Worker:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
                     async with self._db_lock, self.engine.begin() as conn:
-                        changes = await outbox.record_attempts(conn, [attempt], breaker=self.breaker)
+                        changes = await settle.record(conn, [attempt], breaker=self.breaker)
                 except Exception as error:
                     if not refused_rows(error):
                         raise
@@ -477,61 +458,9 @@ class Worker:
             )
 
     def _counted(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
-        """Count, log and measure what was committed."""
+        """Count what was committed, and hand it to the recorder (metrics, log lines)."""
         self.settled += len(records)
-        metrics = self.metrics
-        for record in records:
-            if metrics is not None:
-                metrics.inc(metrics.delivery_attempts, record.job.partner_id, record.outcome)
-                metrics.attempt_seconds.observe(record.duration_ms / 1000)
-            if record.outcome is AttemptOutcome.DELIVERED and not log.isEnabledFor(logging.DEBUG):
-                continue
-            level = {
-                AttemptOutcome.DELIVERED: logging.DEBUG,
-                AttemptOutcome.FAILED: logging.WARNING,  # the schedule is spent: someone should look
-            }.get(record.outcome, logging.INFO)
-            failed = record.outcome is AttemptOutcome.FAILED
-            log.log(
-                level,
-                "webhook delivery failed for good" if failed else "webhook attempt",
-                extra={
-                    "delivery": record.job.delivery_id,
-                    "event_id": record.job.event_id,
-                    "partner": record.job.partner_id,
-                    "attempt": record.job.attempt,
-                    "status_code": record.status_code,
-                    "error_class": record.error_class,
-                    "outcome": record.outcome,
-                    "duration_ms": record.duration_ms,
-                },
-            )
-            if failed and metrics is not None:
-                metrics.inc(metrics.deliveries_failed, record.job.partner_id)
-        self._paused_themselves(records)
-        for partner_id, change in changes:
-            if metrics is not None:
-                metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
-            warn = change in (Change.OPENED, Change.DISABLED)
-            log.log(
-                logging.WARNING if warn else logging.INFO,
-                _CHANGE_LINES[change],
-                extra={"partner": partner_id, "circuit": change},
-            )
-
-    def _paused_themselves(self, records: Sequence[AttemptRecord]) -> None:
-        """A WARNING line and ``service_webhook_partner_paused_total`` for each partner whose 410
-        Gone answer among these committed attempts paused it (once per partner and turn: attempts
-        of one partner in flight together come back in the same turn)."""
-        gone = dict.fromkeys(
-            record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED
-        )
-        for partner_id in gone:
-            if self.metrics is not None:
-                self.metrics.inc(self.metrics.partner_paused, partner_id)
-            log.warning(
-                "a partner answered 410 Gone and paused itself; resume it once its endpoint is back",
-                extra={"partner": partner_id, "status_code": 410},
-            )
+        self.recorder.committed(records, changes)
 
     # --- one attempt --------------------------------------------------------------------------
 
@@ -544,12 +473,4 @@ class Worker:
             body=job.body,
             secrets=job.secrets,
         )
-        return settle(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())
-
-
-_CHANGE_LINES = {
-    Change.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
-    Change.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
-    Change.CLOSED: "a partner's circuit closed: its held deliveries go out",
-    Change.DISABLED: "a partner was disabled after failing without a break; resume it to deliver again",
-}
+        return settle.decide(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())

@@ -1,0 +1,364 @@
+"""Claim: take due deliveries for a while (a lease), hand back the ones never sent, and say when
+the next one falls due.
+
+Workers take due deliveries with ``claim_due``: one conditional ``UPDATE`` that serves partners in
+turn and holds each to its in-flight cap, counted across every worker (on PostgreSQL under a
+transaction-scoped advisory lock; on SQLite under the database's single write lock). A claim is a
+lease (``claimed_until``, copied to ``next_attempt_at``): a worker killed mid-attempt leaves its
+deliveries ``delivering`` until the lease runs out, and then any worker takes them again (at least
+once). Claims read each partner with room under its cap through the partial index
+``ix_deliveries_partner_claimable``, which holds only pending and delivering rows, by partner in due
+order. A claim also forms the batches that are ready (``service.webhooks.batching``) and opens the
+claimed partners' secrets once per claim.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import Integer, bindparam, case, delete, func, literal_column, select, true, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.expression import Join
+from ulid import ULID
+
+from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners
+from service.keyring import Keyring, UnreadableSecret
+from service.webhooks.batching import form_batches, next_formed
+from service.webhooks.notify import notify
+from service.webhooks.partners import ACTIVE
+from service.webhooks.requeue import requeued
+from service.webhooks.states import CLAIMABLE, DeliveryStatus
+
+log = logging.getLogger(__name__)
+
+
+def new_claim_token() -> str:
+    return str(ULID())
+
+
+# Job and AttemptRecord (and the sender's Attempt) are named tuples: immutable like a frozen
+# dataclass, and made in a fraction of its time (a frozen dataclass sets each field through
+# object.__setattr__), which counts when the worker makes three of them for every attempt.
+class Job(NamedTuple):
+    """One claimed delivery, with everything needed to send it."""
+
+    delivery_id: str
+    event_id: str
+    kind: str
+    partner_id: str
+    url: str
+    body: bytes
+    attempt: int  # the number of this attempt, 1 for the first: the delivery's logged attempts + 1
+    secrets: tuple[str, ...]  # live at claim time, newest first
+    claim_token: str
+    claimed_until: datetime  # the lease's end, also the row's next_attempt_at while claimed
+    probe: bool = False  # claimed while its partner's circuit was half-open
+    batch: bool = False  # a batch's own delivery: its members follow it when it settles
+
+    def __repr__(self) -> str:  # never the secrets
+        return f"Job({self.delivery_id}, attempt={self.attempt})"
+
+
+# Hot statements are built once, at import, each with one shape (no lists of ids whose length
+# changes the SQL, but for SQLite's settle, below): SQLAlchemy then compiles each once per dialect,
+# SQLite's statement cache and asyncpg's prepared statements are reused, and no execution pays for
+# building SQL. The status
+# test is literal SQL, identical to the partial index's, so both databases can prove the index
+# applies (a bound parameter would hide that from the planner).
+def _claimable(table: Any) -> Any:
+    """The claimable-status test on ``table`` (the deliveries table or an alias of it)."""
+    return table.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
+
+
+_CLAIMABLE = _claimable(deliveries)
+
+
+_NOW = bindparam("b_now", type_=UTCDateTime())
+# Claims on PostgreSQL take this transaction-scoped advisory lock first, so two workers never
+# count a partner's claims at the same moment: the per-partner cap holds across every worker.
+# Claims are one short statement each, so taking them in turn costs little.
+CLAIM_LOCK = 0x5E5E_C1A1
+_CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
+
+
+class _CrossJoin(Join):
+    """An inner join SQLite must run in the order written (its ``CROSS JOIN``); elsewhere a JOIN."""
+
+    inherit_cache = True
+
+
+@compiles(_CrossJoin, "sqlite")
+def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
+    joined: str = compiler.visit_join(element, **kw)
+    right = compiler.process(element.right, **{**kw, "asfrom": True})
+    head, found, tail = joined.rpartition(f" JOIN {right} ON ")
+    if not found:
+        raise AssertionError(f"unexpected join text: {joined}")
+    return f"{head} CROSS JOIN {right} ON {tail}"
+
+
+def _claim_statement(postgres: bool) -> Any:
+    """Due deliveries of active partners, each partner served in turn and held to its cap.
+
+    A partner's cap is its own ``max_in_flight`` or the default (``b_cap``) while its circuit is
+    closed, one (the probe) once an open circuit's cool-down has passed, and none while it is open.
+    Its live claims (``delivering`` with a lease still running) count against the cap. Taking
+    every partner's first due row before anyone's second means a partner with a large backlog
+    cannot crowd out one with a single due event.
+
+    The claim starts from the partners with room under their caps (few rows) and reads each one's
+    due rows through ``ix_deliveries_partner_claimable``, in due order, only as far as it could
+    take: a partner at its cap (hanging, or its circuit open) costs nothing however large its
+    backlog. PostgreSQL reads exactly each partner's headroom (a LATERAL subquery with a per-row
+    LIMIT); SQLite, which allows no column in a LIMIT, ranks each partner's rows up to its
+    ``b_limit``-th due one (no claim takes more from one partner).
+    """
+    in_flight = (
+        select(deliveries.c.partner_id, func.count().label("claimed"))
+        .where(
+            deliveries.c.status == literal_column(f"'{DeliveryStatus.DELIVERING}'"),
+            deliveries.c.next_attempt_at > _NOW,
+        )
+        .group_by(deliveries.c.partner_id)
+        .subquery("in_flight")
+    )
+    cap = case(
+        (
+            partners.c.circuit_open_until.is_(None),
+            func.coalesce(partners.c.max_in_flight, bindparam("b_cap", type_=Integer())),
+        ),
+        (partners.c.circuit_open_until <= _NOW, 1),
+        else_=0,
+    )
+    headroom = cap - func.coalesce(in_flight.c.claimed, 0)
+    eligible = (
+        select(partners.c.id, headroom.label("headroom"))
+        .outerjoin(in_flight, in_flight.c.partner_id == partners.c.id)
+        .where(partners.c.status == literal_column(f"'{ACTIVE}'"), headroom > 0)
+        .subquery("eligible")
+    )
+    due = deliveries.alias("due")
+    limit = bindparam("b_limit", type_=Integer())
+    if postgres:
+        turns = (
+            select(
+                due.c.id,
+                due.c.next_attempt_at,
+                func.row_number().over(order_by=due.c.next_attempt_at).label("turn"),
+            )
+            .where(due.c.partner_id == eligible.c.id, _claimable(due), due.c.next_attempt_at <= _NOW)
+            .order_by(due.c.next_attempt_at)
+            .limit(func.least(eligible.c.headroom, limit))
+            .lateral("turns")
+        )
+        ranked = (
+            select(turns.c.id, turns.c.next_attempt_at, turns.c.turn, eligible.c.id.label("partner_id"))
+            .select_from(eligible.join(turns, true()))
+            .subquery("ranked")
+        )
+        chosen_rows = select(ranked.c.id)
+    else:
+        other = deliveries.alias("other")
+        # The partner's first b_limit due rows (no claim takes more from one partner), read from
+        # its index; CROSS JOIN keeps SQLite's planner from reading every due row instead.
+        first_due = (
+            select(other.c.id)
+            .where(other.c.partner_id == eligible.c.id, _claimable(other), other.c.next_attempt_at <= _NOW)
+            .order_by(other.c.next_attempt_at)
+            .limit(limit)
+        )
+        ranked = (
+            select(
+                due.c.id,
+                due.c.next_attempt_at,
+                due.c.partner_id,
+                func.row_number()
+                .over(partition_by=due.c.partner_id, order_by=(due.c.next_attempt_at, due.c.id))
+                .label("turn"),
+                eligible.c.headroom,
+            )
+            .select_from(_CrossJoin(eligible, due, due.c.id.in_(first_due)))
+            .subquery("ranked")
+        )
+        chosen_rows = select(ranked.c.id).where(ranked.c.turn <= ranked.c.headroom)
+    chosen = chosen_rows.order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.partner_id).limit(limit)
+    return (
+        update(deliveries)
+        # Re-checked on the row itself: on PostgreSQL a row changed since the ranking was read
+        # (settled by its worker, say) is tested again and dropped.
+        .where(
+            deliveries.c.id.in_(chosen.scalar_subquery()), _CLAIMABLE, deliveries.c.next_attempt_at <= _NOW
+        )
+        .values(
+            status=DeliveryStatus.DELIVERING,
+            claim_token=bindparam("b_token"),
+            claimed_until=bindparam("b_until", type_=UTCDateTime()),
+            # Should this claim be abandoned, the delivery is due again when the lease ends: a
+            # `delivering` row whose next_attempt_at has passed is claimable like a pending one.
+            next_attempt_at=bindparam("b_until", type_=UTCDateTime()),
+            updated_at=_NOW,
+        )
+    )
+
+
+_CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+# The rows one claim took, found by what the claim wrote: every one is delivering, with the
+# claim's token and next_attempt_at = its lease end, so the partial index finds them by that time.
+_CLAIMED_JOBS = (
+    select(
+        deliveries.c.id,
+        deliveries.c.attempts,
+        events.c.id.label("event_id"),
+        events.c.kind,
+        # A batch sends its own fixed body; any other delivery, its event's payload.
+        func.coalesce(deliveries.c.body, events.c.payload).label("payload"),
+        deliveries.c.body.is_not(None).label("batch"),
+        partners.c.id.label("partner_id"),
+        partners.c.url,
+        partners.c.circuit_open_until,
+    )
+    .join(events, events.c.id == deliveries.c.event_id)
+    .join(partners, partners.c.id == deliveries.c.partner_id)
+    .where(
+        _CLAIMABLE,
+        deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+        deliveries.c.claim_token == bindparam("b_token"),
+    )
+    .order_by(deliveries.c.created_at, deliveries.c.event_id, deliveries.c.partner_id)
+)
+# The stored secrets of the partners one claim took, newest first, found by what the claim wrote
+# (as above). Each is opened once per claim, not once per delivery.
+_CLAIMED_SECRETS = (
+    select(
+        partner_secrets.c.id,
+        partner_secrets.c.partner_id,
+        partner_secrets.c.secret,
+        partner_secrets.c.expires_at,
+    )
+    .where(
+        partner_secrets.c.partner_id.in_(
+            select(deliveries.c.partner_id).where(
+                _CLAIMABLE,
+                deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+                deliveries.c.claim_token == bindparam("b_token"),
+            )
+        )
+    )
+    .order_by(partner_secrets.c.id.desc())
+)
+
+
+async def _claimed_secrets(
+    conn: AsyncConnection, *, token: str, until: datetime, now: datetime, keyring: Keyring
+) -> dict[str, tuple[str, ...]]:
+    """Partner id -> its live secrets, opened, newest first; expired ones found are deleted.
+
+    A secret no configured key opens (its key was dropped from ``SERVICE_SECRETS_KEY`` too soon) is
+    left out with an error line; a partner left with none is absent from the answer.
+    """
+    found: dict[str, list[str]] = {}
+    expired: list[int] = []
+    for row in await conn.execute(_CLAIMED_SECRETS, {"b_until": until, "b_token": token}):
+        if row.expires_at is not None and row.expires_at <= now:
+            expired.append(row.id)
+            continue
+        try:
+            secret = keyring.open(row.secret)
+        except UnreadableSecret as error:
+            log.error("partner secret unreadable: %s", error, extra={"partner": row.partner_id})
+            continue
+        found.setdefault(row.partner_id, []).append(secret)
+    if expired:  # rare: once per secret, the first claim after its overlap ended
+        await conn.execute(delete(partner_secrets).where(partner_secrets.c.id.in_(expired)))
+    return {partner_id: tuple(secrets) for partner_id, secrets in found.items()}
+
+
+async def claim_due(
+    conn: AsyncConnection,
+    *,
+    now: datetime,
+    limit: int,
+    lease: timedelta,
+    default_cap: int,
+    keyring: Keyring,
+    token: str | None = None,
+) -> list[Job]:
+    """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap.
+
+    Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
+    worker died; it goes out again under the same attempt number, as no attempt was logged).
+    """
+    token = token or new_claim_token()
+    until = now + lease
+    if conn.dialect.name == "postgresql":
+        await conn.execute(_CLAIM_LOCK)
+    params = {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
+    claim = _CLAIM[conn.dialect.name]
+    taken = (await conn.execute(claim, params)).rowcount
+    # Batches ready now are formed after the claim's write (SQLite then holds its write lock before
+    # this transaction reads anything: a read first could not be upgraded once another connection
+    # had written) and claimed in a second pass, like any delivery.
+    if await form_batches(conn, now=now) and taken < limit:
+        taken += (await conn.execute(claim, {**params, "b_limit": limit - taken})).rowcount
+    if not taken:
+        return []
+    rows = (await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})).all()
+    signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
+    jobs = []
+    for row in rows:
+        if row.partner_id not in signing:
+            # Nothing to sign with (see _claimed_secrets): left claimed, it is due again when the
+            # lease ends, and goes out once the key is back in SERVICE_SECRETS_KEY.
+            continue
+        jobs.append(
+            Job(
+                row.id,
+                row.event_id,
+                row.kind,
+                row.partner_id,
+                row.url,
+                row.payload.encode(),
+                row.attempts + 1,
+                signing[row.partner_id],
+                token,
+                until,
+                row.circuit_open_until is not None,
+                bool(row.batch),
+            )
+        )
+    return jobs
+
+
+async def release(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:
+    """Hand back claimed deliveries that were never attempted (a worker stopping cleanly)."""
+    if not jobs:
+        return
+    await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
+        .values(**requeued(now)),
+        [{"b_id": job.delivery_id, "b_token": job.claim_token} for job in jobs],
+    )
+    await notify(conn)  # another worker may take them now
+
+
+async def next_due(conn: AsyncConnection) -> datetime | None:
+    """The next moment a worker may claim something: the earliest due time (or claim end) among
+    active partners' deliveries, held back to the end of an open circuit's cool-down; None when
+    nothing waits that time alone will release (a paused partner's deliveries wait for a resume).
+    Deliveries waiting for their batch count from the moment the batch forms."""
+    held_until = case(
+        (partners.c.circuit_open_until > deliveries.c.next_attempt_at, partners.c.circuit_open_until),
+        else_=deliveries.c.next_attempt_at,
+    )
+    due: datetime | None = await conn.scalar(
+        select(func.min(held_until))
+        .join(partners, partners.c.id == deliveries.c.partner_id)
+        .where(_CLAIMABLE, partners.c.status == literal_column(f"'{ACTIVE}'"))
+    )
+    formed = await next_formed(conn)  # a batch forms (and is due) when its oldest has waited
+    return min((moment for moment in (due, formed) if moment is not None), default=None)

@@ -1,0 +1,103 @@
+"""When the delivery worker claims and when it logs: one pure decision over a small state record.
+
+The worker's loop (``service.webhooks.worker``) has one database user, which runs a transaction
+per turn: it logs the attempts finished since the last turn, hands back claims that waited too
+long, and claims more. ``decide`` says whether to turn now, how many deliveries to claim in it,
+and otherwise how long the waiting attempts may still wait.
+
+The rules, in order of weight:
+
+- **Slots refill as attempts finish.** A partner's in-flight cap counts its claimed rows in the
+  database, across every worker, so a finished attempt frees its partner's slot only once it is
+  logged. Whenever senders are starved (nothing claimed waits for them), finished attempts are
+  logged as soon as the last claim's deliveries have all been attempted, and the same transaction
+  claims again: a partner at its cap keeps the cap full for as long as it has due work, and many
+  partners keep the worker's concurrency full. The last claim's stragglers are waited for no
+  longer than a turn takes (and never past ``log_delay``): when partners answer faster than a turn
+  runs, a turn started while some were still out would leave their slots idle for a whole turn
+  more, halving the rate of a partner at its cap; when they answer slower, the freed slots are
+  refilled at once. Attempts of older claims (a partner that hangs) are not waited for.
+- **Commits stay batched where the rate needs them.** Attempts finishing while claimed work still
+  waits for a sender share a commit: they wait until a batch of them has finished or the oldest
+  has waited ``log_delay``. Turns run back to back under a backlog, so what finishes during one
+  turn goes into the next.
+- **Claims stop when nothing more is claimable** (``drained``: the last claim took fewer than it
+  asked for), until an attempt is logged (its slot is free), something is published or resumed,
+  or the poll interval passes; the worker keeps that flag (``Moment.drained``).
+- **Every turn that runs claims what there is room for**, so a transaction paid for logging also
+  tops up the queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Pace:
+    """A worker's fixed sizes."""
+
+    batch: int  # the most rows one turn claims, and finished attempts enough to log at once
+    capacity: int  # claimed deliveries a worker holds at most: in flight or waiting for a sender
+    log_delay: float  # seconds a finished attempt may wait to share a commit while senders are busy
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """What the loop holds now."""
+
+    finished: int = 0  # attempts finished and not yet logged
+    expired: int = 0  # claims to hand back unsent
+    queued: int = 0  # claimed deliveries waiting for a sender
+    in_flight: int = 0  # attempts being sent
+    unfinished: int = 0  # deliveries of the last claim not yet attempted or handed back
+    drained: bool = False  # the last claim took all there was, and nothing freed or woke since
+    oldest: float = 0.0  # seconds the oldest finished attempt has waited
+    turn_seconds: float = 0.0  # how long the last turn took
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """What to do now: a transaction (``now``) claiming up to ``claim``, or wait."""
+
+    now: bool
+    claim: int = 0
+    wait: float | None = None  # with nothing to do now: seconds until the finished attempts are due
+    # to be logged; None: until nudged (an attempt finished, a publish) or the poll interval passes
+
+
+WAIT = Turn(now=False)
+
+
+def decide(moment: Moment, pace: Pace) -> Turn:
+    """Whether to turn now, and how many deliveries that turn claims."""
+    held = moment.queued + moment.in_flight
+    room = max(0, min(pace.capacity - held, pace.batch))
+    starved = moment.queued == 0
+    # Something may be claimable: a claim would not be wasted on its own.
+    claim_now = room > 0 and not moment.drained and (room >= pace.batch or starved)
+    # How long finished attempts wait: for the last claim's stragglers while senders are starved,
+    # to share a commit while they are busy.
+    patience = min(pace.log_delay, moment.turn_seconds) if starved else pace.log_delay
+    if starved and not moment.unfinished:
+        patience = 0.0
+    log_now = moment.finished > 0 and (moment.finished >= pace.batch or moment.oldest >= patience)
+    if claim_now or log_now or moment.expired:
+        # Logging frees the finished attempts' partner slots, so a turn that logs claims even
+        # after a claim came back short.
+        claim = room if not moment.drained or moment.finished else 0
+        return Turn(now=True, claim=claim)
+    if moment.finished:
+        return Turn(now=False, wait=patience - moment.oldest)
+    return WAIT
+
+
+def idle(moment: Moment) -> bool:
+    """Nothing is claimable, held, finished or to be handed back: a drain is done."""
+    return (
+        moment.drained
+        and not moment.finished
+        and not moment.expired
+        and not moment.queued
+        and not moment.in_flight
+    )

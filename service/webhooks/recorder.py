@@ -1,0 +1,88 @@
+"""The worker's recorder: metrics and log lines for what a turn committed.
+
+An attempt counts only once its row is committed, so the worker hands each committed batch here:
+one metric per attempt (by partner and outcome) and its duration, a DEBUG line per delivered
+attempt, INFO for a retry, a WARNING when a delivery ends ``failed``; and a line and a metric for
+every change of a partner's circuit (a WARNING when one opens or a partner is disabled). The lines
+keep the worker's logger name, which operators filter by.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from service.metrics import Metrics
+from service.webhooks.breaker import Change
+from service.webhooks.settle import AttemptRecord
+from service.webhooks.states import AttemptOutcome
+
+log = logging.getLogger("service.webhooks.worker")
+
+_CHANGE_LINES = {
+    Change.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
+    Change.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
+    Change.CLOSED: "a partner's circuit closed: its held deliveries go out",
+    Change.DISABLED: "a partner was disabled after failing without a break; resume it to deliver again",
+}
+
+
+class Recorder:
+    def __init__(self, metrics: Metrics | None) -> None:
+        self.metrics = metrics
+
+    def committed(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+        """Measure and log attempts whose rows are committed, and the circuits they moved."""
+        metrics = self.metrics
+        for record in records:
+            if metrics is not None:
+                metrics.inc(metrics.delivery_attempts, record.job.partner_id, record.outcome)
+                metrics.attempt_seconds.observe(record.duration_ms / 1000)
+            if record.outcome is AttemptOutcome.DELIVERED and not log.isEnabledFor(logging.DEBUG):
+                continue
+            level = {
+                AttemptOutcome.DELIVERED: logging.DEBUG,
+                AttemptOutcome.FAILED: logging.WARNING,  # the schedule is spent: someone should look
+            }.get(record.outcome, logging.INFO)
+            failed = record.outcome is AttemptOutcome.FAILED
+            log.log(
+                level,
+                "webhook delivery failed for good" if failed else "webhook attempt",
+                extra={
+                    "delivery": record.job.delivery_id,
+                    "event_id": record.job.event_id,
+                    "partner": record.job.partner_id,
+                    "attempt": record.job.attempt,
+                    "status_code": record.status_code,
+                    "error_class": record.error_class,
+                    "outcome": record.outcome,
+                    "duration_ms": record.duration_ms,
+                },
+            )
+            if failed and metrics is not None:
+                metrics.inc(metrics.deliveries_failed, record.job.partner_id)
+        self._paused_themselves(records)
+        for partner_id, change in changes:
+            if metrics is not None:
+                metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
+            warn = change in (Change.OPENED, Change.DISABLED)
+            log.log(
+                logging.WARNING if warn else logging.INFO,
+                _CHANGE_LINES[change],
+                extra={"partner": partner_id, "circuit": change},
+            )
+
+    def _paused_themselves(self, records: Sequence[AttemptRecord]) -> None:
+        """A WARNING line and ``service_webhook_partner_paused_total`` for each partner whose 410
+        Gone answer among these committed attempts paused it (once per partner and turn: attempts
+        of one partner in flight together come back in the same turn)."""
+        gone = dict.fromkeys(
+            record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED
+        )
+        for partner_id in gone:
+            if self.metrics is not None:
+                self.metrics.inc(self.metrics.partner_paused, partner_id)
+            log.warning(
+                "a partner answered 410 Gone and paused itself; resume it once its endpoint is back",
+                extra={"partner": partner_id, "status_code": 410},
+            )

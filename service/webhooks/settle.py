@@ -1,0 +1,267 @@
+"""Settle: what an attempt's answer does to its delivery (a pure decision), and recording it.
+
+``decide`` turns an attempt into its record: delivered, retried later on the schedule, failed once
+the schedule is spent, or paused (410). ``record`` logs a batch of records in the caller's
+transaction, each guarded by its claim token so a worker whose lease was taken over cannot
+overwrite the newer claim, pauses the partners that answered 410 and moves the partners' circuit
+breakers (``service.webhooks.breaker``).
+
+Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
+``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
+``pending`` again). A batch's members follow it when it is delivered or fails.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from sqlalchemy import ARRAY, String, any_, bindparam, literal_column, null, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from service.db.tables import UTCDateTime, deliveries, delivery_attempts, partners
+from service.webhooks.batching import BATCHED
+from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
+from service.webhooks.claim import Job
+from service.webhooks.partners import ACTIVE, pause_many
+from service.webhooks.retry import Outcome, RetryPolicy, Verdict
+from service.webhooks.sender import Attempt
+from service.webhooks.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
+
+
+class AttemptRecord(NamedTuple):
+    """One attempt as logged, and what it did to its delivery."""
+
+    job: Job
+    started_at: datetime
+    duration_ms: int
+    status_code: int | None
+    error_class: str | None
+    response_excerpt: str | None
+    outcome: AttemptOutcome
+    finished_at: datetime
+    next_attempt_at: datetime | None = None  # for retry (and paused: due on resume)
+
+
+def decide(
+    job: Job, attempt: Attempt, *, policy: RetryPolicy, rng: random.Random, now: datetime
+) -> AttemptRecord:
+    """What an attempt's answer does to its delivery: delivered, retry later, failed or paused."""
+    verdict = attempt.verdict
+    next_at: datetime | None = None
+    if verdict is Verdict.DELIVERED:
+        result = AttemptOutcome.DELIVERED
+    elif verdict is Verdict.GONE:
+        result, next_at = AttemptOutcome.PAUSED, now  # due again the moment the partner is resumed
+    else:
+        delay = policy.next_delay(job.attempt, Outcome(verdict, attempt.retry_after), rng)
+        if delay is None:
+            result = AttemptOutcome.FAILED
+        else:
+            result, next_at = AttemptOutcome.RETRY, now + timedelta(seconds=delay)
+    return AttemptRecord(
+        job=job,
+        started_at=attempt.started_at,
+        duration_ms=attempt.duration_ms,
+        status_code=attempt.status_code,
+        error_class=attempt.error_class,
+        response_excerpt=attempt.response_excerpt,
+        outcome=result,
+        finished_at=now,
+        next_attempt_at=next_at,
+    )
+
+
+_LOG_ATTEMPTS = delivery_attempts.insert()
+
+
+# Delivered attempts, the common case, are settled in one statement per batch, found by primary
+# key: a plan no database can get wrong, whatever its statistics say (a fresh table has none, and
+# a prepared statement's generic plan outlives them). A row another worker has claimed since
+# carries another token and is left alone. PostgreSQL takes the keys as one array (one statement,
+# one prepared plan); SQLite, which has no arrays, as an expanding IN list.
+def _settle_delivered_statement(postgres: bool) -> Any:
+    if postgres:
+        ids = deliveries.c.id == any_(bindparam("b_ids", type_=ARRAY(String())))
+        tokens = deliveries.c.claim_token == any_(bindparam("b_tokens", type_=ARRAY(String())))
+    else:
+        ids = deliveries.c.id.in_(bindparam("b_ids", expanding=True))
+        tokens = deliveries.c.claim_token.in_(bindparam("b_tokens", expanding=True))
+    return (
+        update(deliveries)
+        .where(ids, tokens, deliveries.c.status == literal_column(f"'{DeliveryStatus.DELIVERING}'"))
+        .values(
+            status=literal_column(f"'{DeliveryStatus.DELIVERED}'"),
+            next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
+            delivered_at=bindparam("b_at", type_=UTCDateTime()),
+            attempts=deliveries.c.attempts + 1,
+            claimed_until=null(),
+            claim_token=null(),
+            updated_at=bindparam("b_at", type_=UTCDateTime()),
+        )
+    )
+
+
+_SETTLE_DELIVERED = {
+    name: _settle_delivered_statement(name == "postgresql") for name in ("sqlite", "postgresql")
+}
+_settle = (
+    update(deliveries)
+    .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
+    .values(
+        status=bindparam("b_status"),
+        next_attempt_at=bindparam("b_next"),
+        delivered_at=bindparam("b_delivered"),
+        attempts=deliveries.c.attempts + 1,
+        claimed_until=None,
+        claim_token=None,
+        updated_at=bindparam("b_now"),
+    )
+)
+
+
+async def record(
+    conn: AsyncConnection, records: Sequence[AttemptRecord], *, breaker: BreakerPolicy
+) -> list[tuple[str, Change]]:
+    """Log the attempts, settle their deliveries and their partners' circuits, in the caller's
+    transaction; what changed in which partner's circuit."""
+    if not records:
+        return []
+    await conn.execute(_LOG_ATTEMPTS, [_log_row(record) for record in records])
+    delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
+    if delivered:
+        await conn.execute(
+            _SETTLE_DELIVERED[conn.dialect.name],
+            {
+                "b_ids": [record.job.delivery_id for record in delivered],
+                "b_tokens": list({record.job.claim_token for record in delivered}),
+                # The batch's last finish: within LOG_DELAY of each attempt's own.
+                "b_at": max(record.finished_at for record in delivered),
+            },
+        )
+    others = [record for record in records if record.outcome is not AttemptOutcome.DELIVERED]
+    if others:
+        await conn.execute(
+            _settle,
+            [
+                {
+                    "b_id": record.job.delivery_id,
+                    "b_token": record.job.claim_token,
+                    "b_status": STATUS_AFTER[record.outcome],
+                    "b_next": record.next_attempt_at or record.finished_at,
+                    "b_delivered": None,
+                    "b_now": record.finished_at,
+                }
+                for record in others
+            ],
+        )
+    settled_batches = [record for record in records if record.job.batch]
+    if settled_batches:
+        await _settle_members(conn, settled_batches)
+    latest = max(record.finished_at for record in records)
+    gone = [record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED]
+    await pause_many(conn, gone, now=latest)
+    return await _settle_circuits(conn, records, breaker, now=latest)
+
+
+_FOLLOW = (
+    update(deliveries)
+    .where(deliveries.c.batch_id == bindparam("b_batch"), deliveries.c.status == bindparam("b_from"))
+    .values(
+        status=bindparam("b_status"),
+        delivered_at=bindparam("b_delivered"),
+        updated_at=bindparam("b_now"),
+    )
+)
+
+
+async def _settle_members(conn: AsyncConnection, records: Sequence[AttemptRecord]) -> None:
+    """A batch delivered or failed takes its members with it (a retry keeps them ``batched``)."""
+    follow = [
+        {
+            "b_batch": record.job.delivery_id,
+            "b_from": BATCHED,
+            "b_status": STATUS_AFTER[record.outcome],
+            "b_delivered": record.finished_at if record.outcome is AttemptOutcome.DELIVERED else None,
+            "b_now": record.finished_at,
+        }
+        for record in records
+        if record.outcome in (AttemptOutcome.DELIVERED, AttemptOutcome.FAILED)
+    ]
+    if follow:
+        await conn.execute(_FOLLOW, follow)
+
+
+def _log_row(record: AttemptRecord) -> dict[str, Any]:
+    return {
+        "delivery_id": record.job.delivery_id,
+        "event_id": record.job.event_id,
+        "event": record.job.kind,
+        "partner_id": record.job.partner_id,
+        "attempt": record.job.attempt,
+        "started_at": record.started_at,
+        "duration_ms": record.duration_ms,
+        "status_code": record.status_code,
+        "error_class": record.error_class,
+        "response_excerpt": record.response_excerpt,
+        "outcome": record.outcome,
+    }
+
+
+_BREAKER_COLUMNS = (
+    partners.c.id,
+    partners.c.status,
+    partners.c.consecutive_failures,
+    partners.c.failing_since,
+    partners.c.circuit_open_until,
+    partners.c.circuit_cooldown,
+)
+_FAILED = (AttemptOutcome.RETRY, AttemptOutcome.FAILED)
+
+
+async def _settle_circuits(
+    conn: AsyncConnection, records: Sequence[AttemptRecord], policy: BreakerPolicy, *, now: datetime
+) -> list[tuple[str, Change]]:
+    """Fold each partner's attempts, in the order they finished, through its circuit breaker."""
+    by_partner: dict[str, list[AttemptRecord]] = {}
+    for record in records:
+        if record.outcome is not AttemptOutcome.PAUSED:  # a 410 is an answer, neither way
+            by_partner.setdefault(record.job.partner_id, []).append(record)
+    if not by_partner:
+        return []
+    query = select(*_BREAKER_COLUMNS).where(partners.c.id.in_(sorted(by_partner)))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()  # two workers settling one partner take turns
+    changes: list[tuple[str, Change]] = []
+    for row in (await conn.execute(query)).all():
+        before = BreakerState(
+            row.consecutive_failures, row.failing_since, row.circuit_open_until, row.circuit_cooldown
+        )
+        state, happened = before, []
+        for record in sorted(by_partner[row.id], key=lambda record: record.finished_at):
+            state, more = after_attempt(
+                state,
+                ok=record.outcome is AttemptOutcome.DELIVERED,
+                probe=record.job.probe,
+                at=record.finished_at,
+                policy=policy,
+            )
+            happened += more
+        if state == before:
+            continue
+        values: dict[str, Any] = {
+            "consecutive_failures": state.consecutive_failures,
+            "failing_since": state.failing_since,
+            "circuit_open_until": state.open_until,
+            "circuit_cooldown": state.cooldown,
+        }
+        if Change.DISABLED in happened:
+            if row.status == ACTIVE:
+                values.update(status=PartnerStatus.DISABLED, updated_at=now)
+            else:  # paused meanwhile, or disabled by an earlier batch: nothing new to tell
+                happened = [change for change in happened if change is not Change.DISABLED]
+        await conn.execute(update(partners).where(partners.c.id == row.id).values(**values))
+        changes += [(row.id, change) for change in dict.fromkeys(happened)]
+    return changes

@@ -1,0 +1,80 @@
+"""The delivery parts built from the settings, in one place: the keyring, the ``Sender`` and the worker.
+
+``serve`` (``service.webhooks.runtime``), ``python -m service worker``, the partner commands, the
+tests, the demo and the benchmarks all build them here, so a setting such as
+``SERVICE_WEBHOOK_CONNECT_TIMEOUT`` reaches every attempt, the worker's and a test delivery's alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from service.clock import Clock
+from service.keyring import Keyring, load_keyring
+from service.metrics import Metrics
+from service.settings import Settings
+from service.webhooks.partners import seal_plaintext
+from service.webhooks.sender import Sender
+from service.webhooks.ssrf import Resolve, system_resolve
+from service.webhooks.worker import CONCURRENCY, POLL_INTERVAL, Worker
+
+TEST_SENDER_CONNECTIONS = 4  # test deliveries only; a worker has its own pool
+
+
+def sender(
+    settings: Settings,
+    *,
+    clock: Clock,
+    resolve: Resolve = system_resolve,
+    limit: int = TEST_SENDER_CONNECTIONS,
+) -> Sender:
+    """A sender held to the settings' timeouts and private-address rule, with ``limit`` connections."""
+    return Sender(
+        timeout=settings.webhook_timeout,
+        connect_timeout=settings.webhook_connect_timeout,
+        allow_private=settings.webhook_allow_private_urls,
+        clock=clock,
+        resolve=resolve,
+        limit=limit,
+    )
+
+
+async def keyring(engine: AsyncEngine, settings: Settings) -> Keyring:
+    """The settings' keyring (``load_keyring``), once partner secrets an earlier release stored in
+    plaintext are sealed under it."""
+    found = load_keyring(settings)
+    async with engine.begin() as conn:
+        await seal_plaintext(conn, found)
+    return found
+
+
+def worker(
+    engine: AsyncEngine,
+    settings: Settings,
+    *,
+    clock: Clock,
+    keyring: Keyring | None = None,
+    metrics: Metrics | None = None,
+    rng: random.Random | None = None,
+    resolve: Resolve = system_resolve,
+    wake: asyncio.Event | None = None,
+    concurrency: int = CONCURRENCY,
+    poll_interval: float = POLL_INTERVAL,
+) -> Worker:
+    """A delivery worker with a sender of ``concurrency`` connections; ``keyring`` by default the
+    settings' (``load_keyring``)."""
+    return Worker(
+        engine,
+        settings=settings,
+        clock=clock,
+        sender=sender(settings, clock=clock, resolve=resolve, limit=concurrency),
+        keyring=keyring or load_keyring(settings),
+        metrics=metrics,
+        rng=rng,
+        wake=wake,
+        concurrency=concurrency,
+        poll_interval=poll_interval,
+    )

@@ -1,0 +1,138 @@
+"""When the worker claims and logs (``webhooks/pacing.py``), and what it gives a partner at its cap."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from webhook_helpers import Receiver, Reply, room_claimed, settings
+
+from service.db.engine import create_engine
+from service.events import parse_event
+from service.keyring import load_keyring
+from service.settings import Settings
+from service.webhooks import outbox, partners, wiring
+from service.webhooks.pacing import WAIT, Moment, Pace, Turn, decide, idle
+
+PACE = Pace(batch=256, capacity=768, log_delay=0.02)
+
+
+@pytest.mark.parametrize(
+    ("moment", "turn"),
+    [
+        # A worker just started: claim a batch.
+        (Moment(), Turn(now=True, claim=256)),
+        # Nothing was claimable, nothing has happened since: wait for a nudge or the poll.
+        (Moment(drained=True), WAIT),
+        # A partner at its cap: 15 of the last claim's 16 are back, one is still out: wait for it,
+        # no longer than a turn takes ...
+        (
+            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.005, turn_seconds=0.01),
+            Turn(now=False, wait=0.005),
+        ),
+        (
+            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.01, turn_seconds=0.01),
+            Turn(now=True, claim=256),
+        ),
+        # ... and no longer than the log delay.
+        (
+            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.005, turn_seconds=0.5),
+            Turn(now=False, wait=0.015),
+        ),
+        # All 16 are back: log them and refill the cap in the same turn.
+        (Moment(finished=16, drained=True, oldest=0.001), Turn(now=True, claim=256)),
+        # The straggler is late: log what is back and refill those slots.
+        (
+            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.02, turn_seconds=0.5),
+            Turn(now=True, claim=256),
+        ),
+        # Partners hanging from older claims are not waited for.
+        (Moment(finished=8, in_flight=80, drained=True), Turn(now=True, claim=256)),
+        # A backlog: claimed work waits for senders, a few attempts finished: they share a commit.
+        (Moment(finished=10, queued=500, in_flight=32, oldest=0.005), Turn(now=False, wait=0.015)),
+        # ... until a batch of them has finished; the turn tops up the queue.
+        (Moment(finished=256, queued=500, in_flight=32), Turn(now=True, claim=236)),
+        # ... or the oldest has waited the log delay.
+        (Moment(finished=10, queued=500, in_flight=32, oldest=0.02), Turn(now=True, claim=236)),
+        # Room for a whole batch: claim it, whatever else waits.
+        (Moment(queued=200, in_flight=32), Turn(now=True, claim=256)),
+        # Less than a batch of room while senders are busy: no claim on its own.
+        (Moment(queued=500, in_flight=32), WAIT),
+        # The worker holds all it may: log, claim nothing.
+        (Moment(finished=3, queued=736, in_flight=32, oldest=0.03), Turn(now=True, claim=0)),
+        # Claims to hand back go at once; after a short claim there is nothing to claim with them.
+        (Moment(expired=2, drained=True), Turn(now=True, claim=0)),
+        # A short claim, then an attempt logged: its slot is free, so the turn claims again.
+        (Moment(finished=1, drained=True), Turn(now=True, claim=256)),
+    ],
+)
+def test_when_the_worker_claims_and_logs(moment: Moment, turn: Turn) -> None:
+    """The decision over the worker's state, case by case."""
+    decided = decide(moment, PACE)
+    assert (decided.now, decided.claim) == (turn.now, turn.claim)
+    if turn.wait is None:
+        assert decided.wait is None
+    else:
+        assert decided.wait == pytest.approx(turn.wait)
+
+
+@pytest.mark.parametrize(
+    ("moment", "done"),
+    [
+        (Moment(drained=True), True),
+        (Moment(), False),  # a claim may still find work
+        (Moment(drained=True, in_flight=1), False),
+        (Moment(drained=True, queued=1), False),
+        (Moment(drained=True, finished=1), False),
+        (Moment(drained=True, expired=1), False),
+    ],
+)
+def test_a_drain_ends_only_when_nothing_is_left(moment: Moment, done: bool) -> None:
+    """``drain()`` stops when nothing is claimable, held, finished or to be handed back."""
+    assert idle(moment) is done
+
+
+def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, clock: Any) -> None:
+    """A backlog for a partner capped at 4 that answers one request at a time: each answer frees a
+    slot the worker fills while the other three are still out, so the receiver sees 4 requests in
+    progress at every arrival after the first round, and never more."""
+    cap, events = 4, 12
+    config = Settings(database_url=database_url, **settings())
+    answers = [threading.Event() for _ in range(events)]
+    with Receiver() as receiver:
+        receiver.script("/hook", *(Reply(hold=answer) for answer in answers))
+
+        async def arrived(count: int) -> bool:
+            return await asyncio.to_thread(receiver.wait_for, lambda got: len(got) >= count, 10)
+
+        async def scenario() -> tuple[bool, int]:
+            engine = create_engine(database_url)
+            worker = wiring.worker(engine, config, clock=clock)
+            try:
+                async with engine.begin() as conn:
+                    new = partners.NewPartner("capped", receiver.url(), None, cap)
+                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+                for index in range(events):
+                    await outbox.publish_event(
+                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                    )
+                await worker.start()
+                refilled = True
+                for count in range(cap, events):
+                    refilled = refilled and await arrived(count)
+                    answers[count - cap].set()  # the oldest request still out is answered
+                refilled = refilled and await arrived(events)
+            finally:
+                for answer in answers:
+                    answer.set()
+                await worker.stop()
+                await engine.dispose()
+            return refilled, worker.settled
+
+        refilled, settled = asyncio.run(scenario())
+    assert refilled, f"{len(receiver.requests)} of {events} requests arrived"
+    assert settled == events
+    assert receiver.peak["/hook"] == cap
+    assert [request.in_progress for request in receiver.requests] == [1, 2, 3] + [cap] * (events - 3)
