@@ -1,0 +1,291 @@
+"""What the operator console reads: counts over time ranges and pages of rows, by key.
+
+Every read here is bounded by an index (migration 0010 adds the ones the console needs): listings
+page by key, newest first (``created_at`` then ``id``, strictly before the last row shown), never
+by OFFSET, so page 1,000 costs what page 1 costs; summaries count a time range of an index
+(``ix_registrations_intent_created``, ``ix_deliveries_created``, ``ix_delivery_attempts_partner_started``).
+The same statements run on SQLite and PostgreSQL; only the hour and day of a timestamp are spelt
+per database (``hour_of``, ``day_of``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import ColumnElement, String, and_, func, or_, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
+
+from service.db.tables import deliveries, delivery_attempts, events, partners, registrations
+
+
+class hour_of(FunctionElement[Any]):
+    """The hour a timestamp falls in (``YYYY-MM-DD HH``), per database."""
+
+    type = String()
+    inherit_cache = True
+
+
+class day_of(FunctionElement[Any]):
+    """The day a timestamp falls in (``YYYY-MM-DD``), per database."""
+
+    type = String()
+    inherit_cache = True
+
+
+@compiles(hour_of, "sqlite")
+def _hour_sqlite(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"strftime('%Y-%m-%d %H', {compiler.process(element.clauses, **kw)})"
+
+
+@compiles(hour_of, "postgresql")
+def _hour_postgresql(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"to_char({compiler.process(element.clauses, **kw)}, 'YYYY-MM-DD HH24')"
+
+
+@compiles(day_of, "sqlite")
+def _day_sqlite(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"strftime('%Y-%m-%d', {compiler.process(element.clauses, **kw)})"
+
+
+@compiles(day_of, "postgresql")
+def _day_postgresql(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
+    return f"to_char({compiler.process(element.clauses, **kw)}, 'YYYY-MM-DD')"
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """Where a newest-first page stops: the last row's creation time and id."""
+
+    created_at: datetime
+    id: str
+
+    def token(self) -> str:
+        return f"{self.created_at.astimezone(UTC).isoformat()}~{self.id}"
+
+    @classmethod
+    def parse(cls, token: str) -> Key | None:
+        """From ``token()``'s text; None for anything else (a page link edited by hand)."""
+        moment, sep, row_id = token.partition("~")
+        if not sep or not row_id or len(token) > 200:
+            return None
+        try:
+            created = datetime.fromisoformat(moment)
+        except ValueError:
+            return None
+        if created.utcoffset() is None:
+            return None
+        return cls(created, row_id)
+
+
+def _before(created: Any, row_id: Any, key: Key | None) -> ColumnElement[bool] | None:
+    if key is None:
+        return None
+    return tuple_(created, row_id) < tuple_(key.created_at, key.id)
+
+
+# --- registrations --------------------------------------------------------------------------------
+
+
+async def registration_counts(conn: AsyncConnection, *, day: datetime, week: datetime) -> list[Any]:
+    """Per intent: every registration, those since ``week`` and those since ``day``."""
+    r = registrations.c
+    total = select(r.intent, func.count()).group_by(r.intent)
+    recent = (
+        select(r.intent, func.count(), func.count().filter(r.created_at >= day))
+        .where(r.created_at >= week)
+        .group_by(r.intent)
+    )
+    totals = {intent: count for intent, count in await conn.execute(total)}
+    rows = {intent: (weekly, daily) for intent, weekly, daily in await conn.execute(recent)}
+    return [
+        (intent, totals.get(intent, 0), *rows.get(intent, (0, 0)))
+        for intent in sorted(set(totals) | set(rows))
+    ]
+
+
+async def registrations_by_day(conn: AsyncConnection, *, since: datetime) -> list[tuple[date, str, int]]:
+    """(day, intent, registrations) for every day since ``since`` that had any."""
+    r = registrations.c
+    stmt = (
+        select(day_of(r.created_at).label("day"), r.intent, func.count())
+        .where(r.created_at >= since)
+        .group_by("day", r.intent)
+    )
+    return [(date.fromisoformat(day), intent, count) for day, intent, count in await conn.execute(stmt)]
+
+
+async def registrations_page(
+    conn: AsyncConnection, *, intent: str | None, query: str | None, after: Key | None, limit: int
+) -> list[dict[str, Any]]:
+    """Registrations newest first, ``limit`` of them after ``after``; ``query`` is a piece of the
+    address or the project, matched without regard to case."""
+    r = registrations.c
+    stmt = select(r.id, r.email, r.intent, r.project, r.message, r.created_at).order_by(
+        r.created_at.desc(), r.id.desc()
+    )
+    if after is not None:
+        try:
+            last_id = int(after.id)
+        except ValueError:
+            return []
+        stmt = stmt.where(tuple_(r.created_at, r.id) < tuple_(after.created_at, last_id))
+    if intent is not None:
+        stmt = stmt.where(r.intent == intent)
+    if query:
+        pattern = "%" + query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        stmt = stmt.where(
+            or_(r.email_key.like(pattern, escape="\\"), func.lower(r.project).like(pattern, escape="\\"))
+        )
+    rows = await conn.execute(stmt.limit(limit))
+    return [dict(row._mapping) for row in rows]
+
+
+# --- deliveries -----------------------------------------------------------------------------------
+
+
+async def deliveries_by_status(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
+    """Deliveries created since ``since``, counted by their status now."""
+    d = deliveries.c
+    stmt = select(d.status, func.count()).where(d.created_at >= since).group_by(d.status)
+    return {status: count for status, count in await conn.execute(stmt)}
+
+
+async def failed_since(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
+    """Per partner: deliveries whose last attempt since ``since`` ended them failed."""
+    a = delivery_attempts.c
+    stmt = (
+        select(a.partner_id, func.count())
+        .where(a.started_at >= since, a.outcome == "failed")
+        .group_by(a.partner_id)
+    )
+    return {partner_id: count for partner_id, count in await conn.execute(stmt)}
+
+
+async def deliveries_page(
+    conn: AsyncConnection,
+    *,
+    partner_id: str | None,
+    status: str | None,
+    event_id: str | None,
+    after: Key | None,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """Deliveries newest first, ``limit`` of them after ``after``, with their event kind."""
+    d = deliveries.c
+    stmt = (
+        select(
+            d.id,
+            d.event_id,
+            events.c.kind,
+            d.partner_id,
+            d.status,
+            d.attempts,
+            d.next_attempt_at,
+            d.created_at,
+            d.delivered_at,
+            d.batch_id,
+        )
+        .join(events, events.c.id == d.event_id)
+        .order_by(d.created_at.desc(), d.id.desc())
+        .limit(limit)
+    )
+    conditions = [
+        condition
+        for condition in (
+            _before(d.created_at, d.id, after),
+            d.partner_id == partner_id if partner_id is not None else None,
+            d.status == status if status is not None else None,
+            d.event_id == event_id if event_id is not None else None,
+        )
+        if condition is not None
+    ]
+    if conditions:
+        stmt = stmt.where(and_(*conditions))
+    return [dict(row._mapping) for row in await conn.execute(stmt)]
+
+
+async def delivery(conn: AsyncConnection, delivery_id: str) -> dict[str, Any] | None:
+    """One delivery with its event's payload (or its batch's body) and every attempt, in order."""
+    d = deliveries.c
+    row = (
+        await conn.execute(
+            select(
+                d.id,
+                d.event_id,
+                events.c.kind,
+                d.partner_id,
+                d.status,
+                d.attempts,
+                d.next_attempt_at,
+                d.created_at,
+                d.updated_at,
+                d.delivered_at,
+                d.batch_id,
+                d.body,
+                events.c.payload,
+            )
+            .join(events, events.c.id == d.event_id)
+            .where(d.id == delivery_id)
+        )
+    ).first()
+    if row is None:
+        return None
+    found = dict(row._mapping)
+    a = delivery_attempts.c
+    attempts = await conn.execute(
+        select(
+            a.attempt,
+            a.started_at,
+            a.duration_ms,
+            a.status_code,
+            a.error_class,
+            a.response_excerpt,
+            a.outcome,
+        )
+        .where(a.delivery_id == delivery_id)
+        .order_by(a.attempt, a.id)
+    )
+    found["attempt_log"] = [dict(attempt._mapping) for attempt in attempts]
+    return found
+
+
+def pretty(payload: str) -> str:
+    """A stored JSON body, indented for reading; as stored when it is not JSON."""
+    try:
+        return json.dumps(json.loads(payload), indent=2, ensure_ascii=False)
+    except ValueError:
+        return payload
+
+
+# --- partners -------------------------------------------------------------------------------------
+
+
+async def attempts_by_hour(
+    conn: AsyncConnection, *, partner_id: str, since: datetime
+) -> list[tuple[datetime, str, int]]:
+    """(hour, outcome, attempts) of one partner since ``since``."""
+    a = delivery_attempts.c
+    stmt = (
+        select(hour_of(a.started_at).label("hour"), a.outcome, func.count())
+        .where(a.partner_id == partner_id, a.started_at >= since)
+        .group_by("hour", a.outcome)
+    )
+    return [
+        (datetime.strptime(hour, "%Y-%m-%d %H").replace(tzinfo=UTC), outcome, count)
+        for hour, outcome, count in await conn.execute(stmt)
+    ]
+
+
+async def partner_names(conn: AsyncConnection, ids: Sequence[str] | None = None) -> dict[str, str]:
+    """Partner id to name, for every partner (or the ones named)."""
+    stmt = select(partners.c.id, partners.c.name)
+    if ids is not None:
+        stmt = stmt.where(partners.c.id.in_(list(ids)))
+    return {partner_id: name for partner_id, name in await conn.execute(stmt)}
