@@ -69,6 +69,11 @@ class ConsoleServer:
         self._ready.set()
         self._loop.run_forever()
         client.stop()
+        # Connections a browser kept alive: closed here, on this loop, before it is closed.
+        left = asyncio.all_tasks(self._loop)
+        for task in left:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def __enter__(self) -> ConsoleServer:
         self._thread.start()

@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 def register(bp: Blueprint, console: Console) -> None:
     @bp.get("/login")
     async def login_page(request: Request) -> HTTPResponse:
-        return console.render(request, "login.html", title="Sign in", next=safe_next(request.args.get("next")), error=None)
+        return console.render(
+            request, "login.html", title="Sign in", next=safe_next(request.args.get("next")), error=None
+        )
 
     @bp.post("/login")
     async def login(request: Request) -> HTTPResponse:
@@ -50,7 +52,12 @@ def register(bp: Blueprint, console: Console) -> None:
             if await attempts.fail(client):
                 log.warning("console sign-in locked: too many failed attempts", extra={"client": client})
             return console.render(
-                request, "login.html", title="Sign in", status=401, next=target, error="That is not the admin token."
+                request,
+                "login.html",
+                title="Sign in",
+                status=401,
+                next=target,
+                error="That is not the admin token.",
             )
         _, value = console.sessions.new()
         response = redirect(target, status=303)

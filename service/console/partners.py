@@ -209,4 +209,3 @@ def register(bp: Blueprint, console: Console) -> None:
             PARTNERS,
             message=f"Partner removed; {removed['cancelled']} undelivered deliveries cancelled.",
         )
-
