@@ -16,9 +16,10 @@ from service.console.pages import Console, form
 from service.console.session import PATH
 from service.events import EVENT_MODELS
 from service.exceptions import DomainError, InvalidInput, UnknownResource
-from service.summaries_ops import OUTCOMES, PAGE
+from service.summaries_ops import OUTCOMES
 
 PARTNERS = PATH + "/partners"
+RECENT = 10  # deliveries on a partner's page; the full list is a link away
 
 
 def _number(value: str | None) -> int | str | None:
@@ -107,7 +108,7 @@ def register(bp: Blueprint, console: Console) -> None:
         waiting = (await operations.outbox_stats()).by_partner.get(partner_id)
         summaries = console.summaries(request)
         activity = await summaries.partner_activity(partner_id)
-        recent = await summaries.deliveries({"partner": partner_id}, limit=PAGE // 2)
+        recent = await summaries.deliveries({"partner": partner_id}, limit=RECENT)
         return console.render(
             request,
             "partner.html",
