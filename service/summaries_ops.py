@@ -9,7 +9,7 @@ Query parameters are checked here, so a hand-edited page link is a clear ``Inval
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from typing import Any, get_args
 
@@ -64,27 +64,59 @@ def _status(args: Mapping[str, str]) -> str | None:
 
 
 @dataclass
+class Totals:
+    """Registrations per intent created before the start of an hour, counted once for that hour.
+
+    Counting every registration reads a whole index (10^6 rows: about 0.2 s on SQLite); rows
+    created before an hour began only change by erasure, so a process counts them once an hour
+    and adds the current hour's, a short range, at every read. An erasure through this process
+    forgets the count; one through another process shows within the hour.
+    """
+
+    hour: datetime | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def forget(self) -> None:
+        self.hour = None
+
+
+@dataclass
 class Summaries:
     engine: AsyncEngine
     clock: Clock
+    totals: Totals = field(default_factory=Totals)
 
     async def overview(self) -> dict[str, Any]:
         """Registrations per intent (all, 7 days, 24 hours, and per day over two weeks), the
         deliveries of the last 24 hours by status, and failures per partner over 24 hours."""
         now = self.clock()
+        hour = now.replace(minute=0, second=0, microsecond=0)
         first_day = now.date() - timedelta(days=CHART_DAYS - 1)
         since = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
         async with self.engine.connect() as conn:
-            counts = await summaries.registration_counts(conn, day=now - DAY, week=now - WEEK)
-            daily = await summaries.registrations_by_day(conn, since=since)
-            delivered = await summaries.deliveries_by_status(conn, since=now - DAY)
+            if self.totals.hour != hour:
+                self.totals.counts = await summaries.registrations_before(conn, until=hour, intents=INTENTS)
+                self.totals.hour = hour
+            this_hour = await summaries.registration_counts(conn, since=hour, day=hour, intents=INTENTS)
+            recent = await summaries.registration_counts(
+                conn, since=now - WEEK, day=now - DAY, intents=INTENTS
+            )
+            daily = await summaries.registrations_by_day(conn, since=since, intents=INTENTS)
+            delivered = await summaries.deliveries_by_status(
+                conn, since=now - DAY, statuses=list(DeliveryStatus)
+            )
             failed = await summaries.failed_since(conn, since=now - DAY)
         days = [first_day + timedelta(days=offset) for offset in range(CHART_DAYS)]
         per_day: dict[str, dict[date, int]] = {intent: dict.fromkeys(days, 0) for intent in INTENTS}
         for day, intent, count in daily:
             per_day.setdefault(intent, dict.fromkeys(days, 0))[day] = count
-        by_intent = {intent: (0, 0, 0) for intent in INTENTS}
-        by_intent.update({intent: (total, week, day) for intent, total, week, day in counts})
+        by_intent = {
+            intent: (
+                self.totals.counts.get(intent, 0) + this_hour.get(intent, (0, 0))[0],
+                *recent.get(intent, (0, 0)),
+            )
+            for intent in INTENTS
+        }
         return {
             "registrations": by_intent,
             "daily": {intent: list(values.items()) for intent, values in per_day.items()},

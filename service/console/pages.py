@@ -9,7 +9,7 @@ the package's own file, served by Sanic's static handler; no page has a script.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from service.errors import from_domain
 from service.exceptions import DomainError
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
-from service.summaries_ops import Summaries
+from service.summaries_ops import Summaries, Totals
 from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
@@ -72,6 +72,7 @@ class Console:
     clock: Clock
     sessions: Sessions
     env: Environment
+    totals: Totals = field(default_factory=Totals)  # registrations before this hour, counted hourly
 
     def operations(self, request: Request) -> Operations:
         operations: Operations = request.app.ctx.operations
@@ -81,7 +82,7 @@ class Console:
         return RegistrationOperations(request.app.ctx.engine)
 
     def summaries(self, request: Request) -> Summaries:
-        return Summaries(request.app.ctx.engine, self.clock)
+        return Summaries(request.app.ctx.engine, self.clock, self.totals)
 
     def attempts(self, request: Request) -> FailedAttempts:
         attempts: FailedAttempts = request.app.ctx.admin_attempts

@@ -83,4 +83,5 @@ def register(bp: Blueprint, console: Console) -> None:
             erased = (await console.registrations(request).erase_registrations(address))["erased"]
         except DomainError as error:
             return console.refused(request, error, back=WAITLIST)
+        console.totals.forget()
         return console.done(request, WAITLIST, message=f"{erased} registrations of that address erased.")

@@ -41,7 +41,9 @@ class day_of(FunctionElement[Any]):
 
 @compiles(hour_of, "sqlite")
 def _hour_sqlite(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"strftime('%Y-%m-%d %H', {compiler.process(element.clauses, **kw)})"
+    # SQLite stores the time as text, "YYYY-MM-DD HH:MM:SS.ffffff": its prefix is the hour,
+    # read several times faster than strftime parses it.
+    return f"substr({compiler.process(element.clauses, **kw)}, 1, 13)"
 
 
 @compiles(hour_of, "postgresql")
@@ -51,7 +53,7 @@ def _hour_postgresql(element: hour_of, compiler: SQLCompiler, **kw: Any) -> str:
 
 @compiles(day_of, "sqlite")
 def _day_sqlite(element: day_of, compiler: SQLCompiler, **kw: Any) -> str:
-    return f"strftime('%Y-%m-%d', {compiler.process(element.clauses, **kw)})"
+    return f"substr({compiler.process(element.clauses, **kw)}, 1, 10)"
 
 
 @compiles(day_of, "postgresql")
@@ -93,30 +95,47 @@ def _before(created: Any, row_id: Any, key: Key | None) -> ColumnElement[bool] |
 # --- registrations --------------------------------------------------------------------------------
 
 
-async def registration_counts(conn: AsyncConnection, *, day: datetime, week: datetime) -> list[Any]:
-    """Per intent: every registration, those since ``week`` and those since ``day``."""
+# How the counts stay ranges of an index on both databases: the grouped column is also held to
+# the list of its values (``intent IN (...)``, ``status IN (...)``), so the composite index
+# (value, created_at) serves the time range under each value, covering, and yields the groups in
+# order. Left to group a bare time range, SQLite (which plans without statistics) walked the whole
+# index that yields rows in GROUP BY order instead: 0.3 to 0.9 s at 10^6 rows, against 1 to 15 ms.
+
+
+async def registrations_before(
+    conn: AsyncConnection, *, until: datetime, intents: Sequence[str]
+) -> dict[str, int]:
+    """Per intent, the registrations created before ``until`` (each a range of one index)."""
     r = registrations.c
-    total = select(r.intent, func.count()).group_by(r.intent)
-    recent = (
+    counts = {}
+    for intent in intents:
+        stmt = select(func.count()).where(r.intent == intent, r.created_at < until)
+        counts[intent] = int(await conn.scalar(stmt) or 0)
+    return counts
+
+
+async def registration_counts(
+    conn: AsyncConnection, *, since: datetime, day: datetime, intents: Sequence[str]
+) -> dict[str, tuple[int, int]]:
+    """Per intent: the registrations created since ``since``, and of those, since ``day``."""
+    r = registrations.c
+    stmt = (
         select(r.intent, func.count(), func.count().filter(r.created_at >= day))
-        .where(r.created_at >= week)
+        .where(r.intent.in_(list(intents)), r.created_at >= since)
         .group_by(r.intent)
     )
-    totals = {intent: count for intent, count in await conn.execute(total)}
-    rows = {intent: (weekly, daily) for intent, weekly, daily in await conn.execute(recent)}
-    return [
-        (intent, totals.get(intent, 0), *rows.get(intent, (0, 0)))
-        for intent in sorted(set(totals) | set(rows))
-    ]
+    return {intent: (count, daily) for intent, count, daily in await conn.execute(stmt)}
 
 
-async def registrations_by_day(conn: AsyncConnection, *, since: datetime) -> list[tuple[date, str, int]]:
+async def registrations_by_day(
+    conn: AsyncConnection, *, since: datetime, intents: Sequence[str]
+) -> list[tuple[date, str, int]]:
     """(day, intent, registrations) for every day since ``since`` that had any."""
     r = registrations.c
     stmt = (
         select(day_of(r.created_at).label("day"), r.intent, func.count())
-        .where(r.created_at >= since)
-        .group_by("day", r.intent)
+        .where(r.intent.in_(list(intents)), r.created_at >= since)
+        .group_by(r.intent, "day")
     )
     return [(date.fromisoformat(day), intent, count) for day, intent, count in await conn.execute(stmt)]
 
@@ -150,21 +169,26 @@ async def registrations_page(
 # --- deliveries -----------------------------------------------------------------------------------
 
 
-async def deliveries_by_status(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
+async def deliveries_by_status(
+    conn: AsyncConnection, *, since: datetime, statuses: Sequence[str]
+) -> dict[str, int]:
     """Deliveries created since ``since``, counted by their status now."""
     d = deliveries.c
-    stmt = select(d.status, func.count()).where(d.created_at >= since).group_by(d.status)
+    stmt = (
+        select(d.status, func.count())
+        .where(d.status.in_(list(statuses)), d.created_at >= since)
+        .group_by(d.status)
+    )
     return {status: count for status, count in await conn.execute(stmt)}
 
 
 async def failed_since(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
     """Per partner: deliveries whose last attempt since ``since`` ended them failed."""
     a = delivery_attempts.c
-    stmt = (
-        select(a.partner_id, func.count())
-        .where(a.started_at >= since, a.outcome == "failed")
-        .group_by(a.partner_id)
-    )
+    # Grouped by an expression no index orders, so both databases read the time range of
+    # ix_delivery_attempts_started_at (the partners are not known in advance, removed ones too).
+    partner = func.coalesce(a.partner_id, "").label("partner")
+    stmt = select(partner, func.count()).where(a.started_at >= since, a.outcome == "failed").group_by(partner)
     return {partner_id: count for partner_id, count in await conn.execute(stmt)}
 
 
