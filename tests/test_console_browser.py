@@ -503,8 +503,11 @@ def test_hostile_text_is_shown_as_text(page: Page) -> None:
         for text in texts:
             assert text in shown, (path, text)
         assert page.page.locator("main script, main img").count() == 0, path
+    site.receiver.script("/hostile", Reply(500, SCRIPT + IMAGE))
     page.open(f"/console/partners/{partner['id']}")
     page.click("Send test")
+    assert SCRIPT + IMAGE in page.status()
+    assert page.page.locator("main script, main img").count() == 0
     assert page.dialogs == []
 
 
