@@ -142,6 +142,7 @@ def pages(rows: int) -> list[tuple[str, str]]:
         ("waitlist, deep page", f"/console/waitlist?after={quote(registration_key)}"),
         ("waitlist of an intent", "/console/waitlist?intent=arcade"),
         ("waitlist search", "/console/waitlist?q=user12"),
+        ("waitlist search, no match", "/console/waitlist?q=nobody"),
     ]
 
 

@@ -166,7 +166,8 @@ class Summaries:
         return found
 
     async def registrations(self, args: Mapping[str, str], *, limit: int = PAGE) -> Page:
-        """``?intent=&q=&after=``: registrations newest first, a page at a time."""
+        """``?intent=&q=&after=``: registrations newest first, a page at a time; ``q`` is the start
+        of an address."""
         refuse_unknown(args, ("intent", "q", "after"))
         intent = text(args, "intent")
         if intent is not None and intent not in INTENTS:
@@ -176,7 +177,7 @@ class Summaries:
             raise invalid("q", "too_long", f"Must be at most {MAX_QUERY} characters.")
         async with self.engine.connect() as conn:
             rows = await summaries.registrations_page(
-                conn, intent=intent, query=query or None, after=_key(args), limit=limit + 1
+                conn, intent=intent, prefix=query or None, after=_key(args), limit=limit + 1
             )
         return _page(rows, limit)
 

@@ -96,11 +96,11 @@ async def test_registration_pages_hold_every_row_once_newest_first(reads: Summar
 
 
 async def test_registration_pages_filter_by_intent_and_search(reads: Summaries) -> None:
-    """``intent`` and ``q`` (a piece of the address or project, any case) narrow the pages."""
+    """``intent`` and ``q`` (the start of an address, any case) narrow the pages."""
     claims = [row for page in await _all_pages(reads.registrations, {"intent": "claim"}, 2) for row in page]
-    moons = [row for page in await _all_pages(reads.registrations, {"q": "MOO"}, 2) for row in page]
+    ones = [row for page in await _all_pages(reads.registrations, {"q": "R1"}, 2) for row in page]
     assert sorted(row["email"] for row in claims) == ["r0@example.com", "r3@example.com", "r6@example.com", "r9@example.com"]
-    assert sorted(row["email"] for row in moons) == sorted(f"r{n}@example.com" for n in (1, 3, 5, 7, 9))
+    assert [row["email"] for row in ones] == ["r1@example.com"]
     assert (await reads.registrations({"q": "%"})).rows == []
 
 

@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, String, and_, func, or_, select, tuple_
+from sqlalchemy import ColumnElement, String, and_, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.tables import deliveries, delivery_attempts, events, partners, registrations
+
+LAST_CHARACTER = "\U0010ffff"  # sorts after every character: text starting with P is below P + this
 
 
 class hour_of(FunctionElement[Any]):
@@ -141,10 +143,12 @@ async def registrations_by_day(
 
 
 async def registrations_page(
-    conn: AsyncConnection, *, intent: str | None, query: str | None, after: Key | None, limit: int
+    conn: AsyncConnection, *, intent: str | None, prefix: str | None, after: Key | None, limit: int
 ) -> list[dict[str, Any]]:
-    """Registrations newest first, ``limit`` of them after ``after``; ``query`` is a piece of the
-    address or the project, matched without regard to case."""
+    """Registrations newest first, ``limit`` of them after ``after``; ``prefix`` is the start of an
+    address, matched without regard to case: a range of the unique index on ``email_key`` (the
+    lower-cased address), sorted newest first (a prefix that matches most of the list sorts most
+    of it)."""
     r = registrations.c
     stmt = select(r.id, r.email, r.intent, r.project, r.message, r.created_at).order_by(
         r.created_at.desc(), r.id.desc()
@@ -157,10 +161,14 @@ async def registrations_page(
         stmt = stmt.where(tuple_(r.created_at, r.id) < tuple_(after.created_at, last_id))
     if intent is not None:
         stmt = stmt.where(r.intent == intent)
-    if query:
-        pattern = "%" + query.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    if prefix:
+        start = prefix.lower()
+        escaped = start.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        # The range finds the rows through the index; LIKE keeps exactly those that start so.
         stmt = stmt.where(
-            or_(r.email_key.like(pattern, escape="\\"), func.lower(r.project).like(pattern, escape="\\"))
+            r.email_key >= start,
+            r.email_key < start + LAST_CHARACTER,
+            r.email_key.like(escaped + "%", escape="\\"),
         )
     rows = await conn.execute(stmt.limit(limit))
     return [dict(row._mapping) for row in rows]
