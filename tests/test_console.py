@@ -188,3 +188,23 @@ def test_console_actions_are_audited_as_the_console(make_client: Any, caplog: py
 def test_sign_in_goes_only_to_console_paths(given: str | None, expected: str) -> None:
     """``next`` is followed only to a path of the console itself; anything else is ignored."""
     assert safe_next(given) == expected
+
+
+def test_export_is_a_csv_download_with_the_console_headers(make_client: Any) -> None:
+    """Export CSV streams every registration as an attachment, formula cells quoted, headers on."""
+    with make_client(admin_token=TOKEN) as client:
+        for number, project in enumerate(["=SUM(A1)", "Moonfrog"]):
+            body = {"email": f"csv{number}@example.com", "intent": "claim", "project": project}
+            assert client.post("/api/waitlist", json=body).status_code == 200
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/waitlist", cookies=cookies).text)
+        response = client.post("/console/waitlist/export", data={"csrf": token}, headers=ORIGIN, cookies=cookies)
+    assert response.status_code == 200
+    assert response.headers["content-disposition"] == 'attachment; filename="waitlist.csv"'
+    assert response.headers["content-security-policy"] == HEADERS["Content-Security-Policy"]
+    lines = response.text.splitlines()
+    assert lines[0] == "email,intent,project,message,createdAt,updatedAt"
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["csv0@example.com", "claim", "'=SUM(A1)"],
+        ["csv1@example.com", "claim", "Moonfrog"],
+    ]
