@@ -101,7 +101,8 @@ async def test_registration_pages_filter_by_intent_and_search(reads: Summaries) 
     ones = [row for page in await _all_pages(reads.registrations, {"q": "R1"}, 2) for row in page]
     assert sorted(row["email"] for row in claims) == ["r0@example.com", "r3@example.com", "r6@example.com", "r9@example.com"]
     assert [row["email"] for row in ones] == ["r1@example.com"]
-    assert (await reads.registrations({"q": "%"})).rows == []
+    for text in ("%", "r_", "r%", "o'brien\\"):  # searched as typed, never as a pattern or SQL
+        assert (await reads.registrations({"q": text})).rows == []
 
 
 async def test_delivery_pages_hold_every_row_once_with_filters(reads: Summaries) -> None:
