@@ -102,9 +102,7 @@ class Summaries:
                 conn, since=now - WEEK, day=now - DAY, intents=INTENTS
             )
             daily = await summaries.registrations_by_day(conn, since=since, intents=INTENTS)
-            delivered = await summaries.deliveries_by_status(
-                conn, since=now - DAY, statuses=list(DeliveryStatus)
-            )
+            delivered = await summaries.deliveries_by_status(conn, since=now - DAY)
             failed = await summaries.failed_since(conn, since=now - DAY)
         days = [first_day + timedelta(days=offset) for offset in range(CHART_DAYS)]
         per_day: dict[str, dict[date, int]] = {intent: dict.fromkeys(days, 0) for intent in INTENTS}

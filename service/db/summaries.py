@@ -98,10 +98,11 @@ def _before(created: Any, row_id: Any, key: Key | None) -> ColumnElement[bool] |
 
 
 # How the counts stay ranges of an index on both databases: the grouped column is also held to
-# the list of its values (``intent IN (...)``, ``status IN (...)``), so the composite index
-# (value, created_at) serves the time range under each value, covering, and yields the groups in
-# order. Left to group a bare time range, SQLite (which plans without statistics) walked the whole
-# index that yields rows in GROUP BY order instead: 0.3 to 0.9 s at 10^6 rows, against 1 to 15 ms.
+# the list of its values (``intent IN (...)``), so the composite index (intent, created_at) serves
+# the time range under each value, covering, and yields the groups in order; where no such index
+# exists, the group is an expression no index orders, so the time range's index is read. Left to
+# group a bare time range, SQLite (which plans without statistics) walked the whole index that
+# yields rows in GROUP BY order instead: 0.3 to 0.9 s at 10^6 rows, against 1 to 25 ms.
 
 
 async def registrations_before(
@@ -179,17 +180,14 @@ async def registrations_page(
 # --- deliveries -----------------------------------------------------------------------------------
 
 
-async def deliveries_by_status(
-    conn: AsyncConnection, *, since: datetime, statuses: Sequence[str]
-) -> dict[str, int]:
+async def deliveries_by_status(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
     """Deliveries created since ``since``, counted by their status now."""
     d = deliveries.c
-    stmt = (
-        select(d.status, func.count())
-        .where(d.status.in_(list(statuses)), d.created_at >= since)
-        .group_by(d.status)
-    )
-    return {status: count for status, count in await conn.execute(stmt)}
+    # Grouped by an expression no index orders, so both databases read the time range of
+    # ix_deliveries_created rather than walk another index in status order.
+    status = func.coalesce(d.status, "").label("status")
+    stmt = select(status, func.count()).where(d.created_at >= since).group_by(status)
+    return {found: count for found, count in await conn.execute(stmt)}
 
 
 async def failed_since(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:

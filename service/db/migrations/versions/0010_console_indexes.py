@@ -21,7 +21,6 @@ INDEXES = (
     ("ix_registrations_intent_created", "registrations", ["intent", "created_at", "id"]),
     ("ix_deliveries_created", "deliveries", ["created_at", "id"]),
     ("ix_deliveries_partner_created", "deliveries", ["partner_id", "created_at", "id"]),
-    ("ix_deliveries_status_created", "deliveries", ["status", "created_at", "id"]),
     ("ix_delivery_attempts_partner_started", "delivery_attempts", ["partner_id", "started_at"]),
 )
 
