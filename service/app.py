@@ -16,7 +16,7 @@ from sanic import Sanic
 from sanic.config import Config
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import admin, collector, cors, health, logs, proxies, shutdown, waitlist
+from service import admin, collector, console, cors, health, logs, proxies, shutdown, waitlist
 from service.bodies import MAX_BODY_BYTES
 from service.clock import Clock, utc_now
 from service.connections import GuardedRequest, Registry, connection_limit
@@ -127,6 +127,8 @@ def create_app(
     app.blueprint(cors.create_blueprint())
     app.blueprint(admin.create_blueprint())
     app.blueprint(webhook_admin.create_blueprint())
+    if settings.admin_token:  # the console signs in with it; without one, /console is 404
+        app.blueprint(console.create_blueprint(settings, clock))
     # Rendered now, so a bad content file stops the start before anything is served.
     app.ctx.discovery = build_discovery(settings, clock)
     app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))

@@ -204,3 +204,15 @@ delivery_attempts = Table(
 )
 Index("ix_delivery_attempts_delivery_id", delivery_attempts.c.delivery_id)
 Index("ix_delivery_attempts_started_at", delivery_attempts.c.started_at)
+
+# The operator console (service.db.summaries): its listings page newest first by (created_at, id),
+# with or without a filter, and the partner page counts one partner's attempts over a day
+# (migration 0010). No (status, ...) index: SQLite, planning without statistics, would read the
+# metrics scrape's `status IN (pending, delivering)` through it instead of ix_deliveries_claimable.
+Index("ix_registrations_created_id", registrations.c.created_at, registrations.c.id)
+Index(
+    "ix_registrations_intent_created", registrations.c.intent, registrations.c.created_at, registrations.c.id
+)
+Index("ix_deliveries_created", deliveries.c.created_at, deliveries.c.id)
+Index("ix_deliveries_partner_created", deliveries.c.partner_id, deliveries.c.created_at, deliveries.c.id)
+Index("ix_delivery_attempts_partner_started", delivery_attempts.c.partner_id, delivery_attempts.c.started_at)

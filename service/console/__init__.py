@@ -1,0 +1,40 @@
+"""The operator console at ``/console``: HTML pages for people over the same use cases as the
+admin API (``Operations``, ``RegistrationOperations``) and read-only summaries (``Summaries``).
+
+Served only when ``SERVICE_ADMIN_TOKEN`` is set (``create_app`` registers it then; otherwise every
+``/console`` path is 404). One module per page family: ``auth``, ``overview``, ``partners``,
+``deliveries``, ``events``, ``waitlist``; ``pages`` and ``session`` hold what they share.
+"""
+
+from __future__ import annotations
+
+from sanic import Blueprint, HTTPResponse, Request
+
+from service.clock import Clock
+from service.console import auth, deliveries, events, overview, partners, waitlist
+from service.console.pages import STATIC, Console, environment, guard
+from service.console.session import PATH, Sessions
+from service.settings import Settings
+
+
+def create_blueprint(settings: Settings, clock: Clock) -> Blueprint:
+    if not settings.admin_token:
+        raise ValueError("the console needs SERVICE_ADMIN_TOKEN")
+    console = Console(
+        settings=settings,
+        clock=clock,
+        sessions=Sessions(settings.admin_token, clock, secure=settings.base_url.startswith("https://")),
+        env=environment(),
+    )
+    bp = Blueprint("console", url_prefix=PATH, strict_slashes=False)
+    guard(bp, console)
+    bp.static("/static", STATIC, name="static")
+    for pages in (auth, overview, partners, deliveries, events, waitlist):
+        pages.register(bp, console)
+
+    async def unknown(request: Request, rest: str) -> HTTPResponse:
+        return console.not_found(request)
+
+    bp.add_route(unknown, "/<rest:path>", methods=["GET", "POST"])
+
+    return bp

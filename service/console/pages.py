@@ -1,0 +1,194 @@
+"""What every console page shares: the templates, the guard in front of each request, the headers
+on each answer, and the turn of an action's outcome into a page (post/redirect/get).
+
+Templates are Jinja2 with autoescape on for every file: partner names, response excerpts,
+registrations and payloads are hostile text and are only ever shown as text. The stylesheet is
+the package's own file, served by Sanic's static handler; no page has a script.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from jinja2 import Environment, PackageLoader
+from sanic import Blueprint, HTTPResponse, Request
+from sanic.response import html, redirect
+
+from service import audit
+from service.admin import FailedAttempts
+from service.clock import Clock, format_timestamp
+from service.console import charts
+from service.console.session import PATH, Session, Sessions, csrf_matches, same_origin
+from service.errors import from_domain
+from service.exceptions import DomainError
+from service.registrations_ops import RegistrationOperations
+from service.settings import Settings
+from service.summaries_ops import Summaries, Totals
+from service.waitlist import client_address
+from service.webhooks.operations import Operations
+
+STATIC = Path(__file__).resolve().parent / "static"
+# Every console answer (DESIGN: nothing inline, nothing from elsewhere, never framed or cached).
+HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+OPEN_PATHS = (PATH + "/login", PATH + "/static/")  # served without a session
+
+
+def _when(moment: datetime | None) -> str:
+    return format_timestamp(moment) if moment is not None else "—"
+
+
+def environment() -> Environment:
+    env = Environment(
+        loader=PackageLoader("service.console", "templates"),
+        autoescape=True,  # every template, whatever its name
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["when"] = _when
+    env.globals["bars"] = charts.bars
+    env.globals["stacked"] = charts.stacked
+    return env
+
+
+@dataclass
+class Console:
+    """The console's collaborators; each page module's routes close over one of these."""
+
+    settings: Settings
+    clock: Clock
+    sessions: Sessions
+    env: Environment
+    totals: Totals = field(default_factory=Totals)  # registrations before this hour, counted hourly
+
+    def operations(self, request: Request) -> Operations:
+        operations: Operations = request.app.ctx.operations
+        return operations
+
+    def registrations(self, request: Request) -> RegistrationOperations:
+        return RegistrationOperations(request.app.ctx.engine)
+
+    def summaries(self, request: Request) -> Summaries:
+        return Summaries(request.app.ctx.engine, self.clock, self.totals)
+
+    def attempts(self, request: Request) -> FailedAttempts:
+        attempts: FailedAttempts = request.app.ctx.admin_attempts
+        return attempts
+
+    def session(self, request: Request) -> Session:
+        session: Session = request.ctx.console_session
+        return session
+
+    def render(self, request: Request, template: str, *, status: int = 200, **context: Any) -> HTTPResponse:
+        """The page, with the session's CSRF token for its forms and any message left for it."""
+        session: Session | None = getattr(request.ctx, "console_session", None)
+        flash = self.sessions.take_flash(request, session) if session is not None else None
+        page = self.env.get_template(template).render(
+            csrf=session.csrf if session is not None else "",
+            signed_in=session is not None,
+            flash=flash,
+            path=request.path,
+            **context,
+        )
+        response = html(page, status=status)
+        if flash is not None or (session is not None and request.cookies.get("console_flash")):
+            self.sessions.clear_flash(response)
+        return response
+
+    def done(self, request: Request, to: str, **message: Any) -> HTTPResponse:
+        """303 to ``to``, which then says ``message`` (post/redirect/get)."""
+        response = redirect(to, status=303)
+        self.sessions.flash(response, self.session(request), message)
+        return response
+
+    def refused(self, request: Request, error: DomainError, *, back: str) -> HTTPResponse:
+        """An action the operations refused: the reason, each field at fault, and a way back."""
+        answer = from_domain(error)
+        return self.render(
+            request,
+            "message.html",
+            status=int(answer.status_code),
+            title="Not done",
+            message=error.message,
+            errors=error.field_errors,
+            back=back,
+        )
+
+    def not_found(self, request: Request, what: str = "This page does not exist.") -> HTTPResponse:
+        return self.render(
+            request, "message.html", status=404, title="Not found", message=what, errors=[], back=PATH
+        )
+
+
+def query(request: Request) -> dict[str, str]:
+    """The query string, one value per name; empty values (a form's blank filter) are left out."""
+    args: dict[str, str] = {}
+    for name, value in request.query_args:
+        if value != "":
+            args.setdefault(name, value)
+    return args
+
+
+def form(request: Request) -> dict[str, str]:
+    """The posted form, one value per name (the CSRF token left out)."""
+    fields: Mapping[str, list[str]] = request.form or {}
+    return {name: values[0] for name, values in fields.items() if name != "csrf" and values}
+
+
+def link(path: str, args: Mapping[str, str | None]) -> str:
+    kept = {name: value for name, value in args.items() if value}
+    return f"{path}?{urlencode(kept)}" if kept else path
+
+
+def guard(bp: Blueprint, console: Console) -> None:
+    """Every request: a session (else sign in), and on POST its CSRF token and our origin (else 403);
+    every answer: the security headers."""
+
+    async def check(request: Request) -> HTTPResponse | None:
+        audit.act_as(f"console:{client_address(request)}")
+        if request.path.startswith(OPEN_PATHS):
+            return None
+        session = console.sessions.read(request)
+        if session is None:
+            if request.method in ("GET", "HEAD"):
+                target = request.path + (f"?{request.query_string}" if request.query_string else "")
+                return redirect(link(PATH + "/login", {"next": target}), status=303)
+            return forbidden(console, request)
+        request.ctx.console_session = session
+        if request.method not in ("GET", "HEAD") and not (
+            same_origin(request, console.settings.base_url) and csrf_matches(request, session)
+        ):
+            return forbidden(console, request)
+        return None
+
+    async def secure(request: Request, response: HTTPResponse) -> None:
+        for name, value in HEADERS.items():
+            response.headers[name] = value
+
+    bp.on_request(check, priority=100)
+    bp.on_response(secure)  # type: ignore[no-untyped-call]
+
+
+def forbidden(console: Console, request: Request) -> HTTPResponse:
+    return console.render(
+        request,
+        "message.html",
+        status=403,
+        title="Refused",
+        message="This form did not come from a console page of this service; nothing was changed.",
+        errors=[],
+        back=PATH,
+    )

@@ -1,0 +1,164 @@
+"""Signing in and out, the session cookie, and what guards every console request.
+
+The session is an itsdangerous ``URLSafeTimedSerializer`` value holding a random session id and
+a CSRF token, signed with a key derived from the admin token (a new token signs everyone out) and
+valid for eight hours of the app's clock. Every POST must carry the session's CSRF token and come
+from the base URL's origin (``Origin``, else ``Referer``); anything else is 403 and changes nothing.
+Wrong tokens at sign-in count against the admin API's throttle (``service.admin.FailedAttempts``).
+
+One-time messages after an action (post/redirect/get), and a partner's new secret, travel in a
+short-lived cookie sealed with Fernet under another key derived from the token: unreadable to
+anyone else, unforgeable, and gone once the page that shows it is served.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.fernet import Fernet, InvalidToken
+from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
+from sanic import HTTPResponse, Request
+
+from service.clock import Clock
+
+COOKIE = "console_session"
+FLASH_COOKIE = "console_flash"
+PATH = "/console"
+SESSION_SECONDS = 8 * 3600  # a working day; then sign in again
+FLASH_SECONDS = 300  # a message waits this long for the page after its action
+CSRF_FIELD = "csrf"
+
+
+def _derive(token: str, purpose: str) -> bytes:
+    return hmac.new(token.encode(), f"service console {purpose}".encode(), hashlib.sha256).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    id: str
+    csrf: str
+
+
+class Sessions:
+    """Makes, reads and seals what the console keeps in cookies, bound to one admin token."""
+
+    def __init__(self, admin_token: str, clock: Clock, *, secure: bool) -> None:
+        self.secure = secure
+        self._clock = clock
+        clock_seconds = self._seconds
+
+        class ClockSigner(TimestampSigner):
+            def get_timestamp(self) -> int:
+                return clock_seconds()
+
+        self._serializer = URLSafeTimedSerializer(
+            _derive(admin_token, "session"), salt="console-session", signer=ClockSigner
+        )
+        self._fernet = Fernet(base64.urlsafe_b64encode(_derive(admin_token, "flash")))
+
+    def _seconds(self) -> int:
+        return int(self._clock().timestamp())
+
+    def new(self) -> tuple[Session, str]:
+        session = Session(secrets.token_urlsafe(16), secrets.token_urlsafe(32))
+        return session, self._serializer.dumps({"sid": session.id, "csrf": session.csrf})
+
+    def read(self, request: Request) -> Session | None:
+        value = request.cookies.get(COOKIE)
+        if not value:
+            return None
+        try:
+            data = self._serializer.loads(value, max_age=SESSION_SECONDS)
+        except BadSignature:  # a forged, stale or old-token value
+            return None
+        if not isinstance(data, dict) or not all(isinstance(data.get(key), str) for key in ("sid", "csrf")):
+            return None
+        return Session(data["sid"], data["csrf"])
+
+    def set_cookie(self, response: HTTPResponse, value: str) -> None:
+        response.add_cookie(
+            COOKIE,
+            value,
+            path=PATH,
+            httponly=True,
+            samesite="Strict",
+            secure=self.secure,
+            max_age=SESSION_SECONDS,
+        )
+
+    def clear_cookie(self, response: HTTPResponse) -> None:
+        response.delete_cookie(COOKIE, path=PATH)
+
+    # --- one-time messages --------------------------------------------------------------------
+
+    def flash(self, response: HTTPResponse, session: Session, message: dict[str, Any]) -> None:
+        """Leave ``message`` for the next page this session opens."""
+        sealed = self._fernet.encrypt_at_time(
+            json.dumps({"sid": session.id, **message}).encode(), self._seconds()
+        ).decode()
+        response.add_cookie(
+            FLASH_COOKIE,
+            sealed,
+            path=PATH,
+            httponly=True,
+            samesite="Strict",
+            secure=self.secure,
+            max_age=FLASH_SECONDS,
+        )
+
+    def take_flash(self, request: Request, session: Session) -> dict[str, Any] | None:
+        """The message left for this session, if any (the page then clears the cookie)."""
+        sealed = request.cookies.get(FLASH_COOKIE)
+        if not sealed:
+            return None
+        try:
+            data = json.loads(self._fernet.decrypt_at_time(sealed.encode(), FLASH_SECONDS, self._seconds()))
+        except (InvalidToken, ValueError):
+            return None
+        if not isinstance(data, dict) or data.pop("sid", None) != session.id:
+            return None
+        return data
+
+    def clear_flash(self, response: HTTPResponse) -> None:
+        response.delete_cookie(FLASH_COOKIE, path=PATH)
+
+
+def origin_of(url: str) -> str | None:
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.netloc:
+        return None
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def same_origin(request: Request, base_url: str) -> bool:
+    """The request's ``Origin`` (or, without one, its ``Referer``) is the base URL's origin."""
+    expected = origin_of(base_url)
+    origin = request.headers.get("origin")
+    if isinstance(origin, str):
+        return origin.lower() == expected
+    referer = request.headers.get("referer")
+    return isinstance(referer, str) and origin_of(referer) == expected
+
+
+def csrf_matches(request: Request, session: Session) -> bool:
+    given = request.form.get(CSRF_FIELD) if request.form else None
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), session.csrf.encode())
+
+
+def safe_next(value: str | None) -> str:
+    """Where to go after signing in: a console path of this origin, else the overview."""
+    if not value or not value.startswith(PATH) or value.startswith("//") or "\\" in value:
+        return PATH
+    parts = urlsplit(value)
+    if parts.scheme or parts.netloc or not (parts.path == PATH or parts.path.startswith(PATH + "/")):
+        return PATH
+    if any(ord(char) < 0x21 or ord(char) == 0x7F for char in value):
+        return PATH
+    return value

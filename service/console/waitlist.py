@@ -1,0 +1,87 @@
+"""``/console/waitlist``: registrations newest first, a page at a time by key; Export CSV (a
+download, formula cells neutralised as ``waitlist export`` does) and Erase an address (after a
+confirmation page)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+from typing import Any
+
+from sanic import Blueprint, HTTPResponse, Request
+
+from service.cli import neutralise
+from service.console.pages import Console, form, link, query
+from service.console.session import PATH
+from service.db.registrations import COLUMNS
+from service.exceptions import DomainError, InvalidInput
+from service.registrations_ops import erasure_address
+from service.summaries_ops import INTENTS
+
+WAITLIST = PATH + "/waitlist"
+CHUNK_BYTES = 64 * 1024  # the CSV download goes out in pieces of about this size
+
+
+def register(bp: Blueprint, console: Console) -> None:
+    @bp.get("/waitlist")
+    async def waitlist(request: Request) -> HTTPResponse:
+        args = query(request)
+        try:
+            page = await console.summaries(request).registrations(args)
+        except InvalidInput as error:
+            return console.refused(request, error, back=WAITLIST)
+        return console.render(
+            request,
+            "waitlist.html",
+            title="Waitlist",
+            page=page,
+            args=args,
+            intents=INTENTS,
+            next_link=link(WAITLIST, {**args, "after": page.next}) if page.next else None,
+        )
+
+    @bp.post("/waitlist/export")
+    async def export(request: Request) -> None:
+        """Every registration, oldest first, streamed as CSV while the database is read."""
+        rows: asyncio.Queue[list[Any] | None] = asyncio.Queue()
+
+        def write(entry: dict[str, Any]) -> None:
+            rows.put_nowait([neutralise(entry[column]) for column in COLUMNS])
+
+        response = await request.respond(
+            content_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": 'attachment; filename="waitlist.csv"'},
+        )
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(COLUMNS)
+        # The export reads in batches and yields to this loop between them: rows go out as they come.
+        task = asyncio.ensure_future(console.registrations(request).export_registrations(write))
+        task.add_done_callback(lambda _: rows.put_nowait(None))
+        while (row := await rows.get()) is not None:
+            writer.writerow(row)
+            if buffer.tell() >= CHUNK_BYTES:
+                await response.send(buffer.getvalue())
+                buffer.seek(0)
+                buffer.truncate()
+        task.result()
+        await response.send(buffer.getvalue())
+        await response.eof()
+
+    @bp.post("/waitlist/erase")
+    async def erase(request: Request) -> HTTPResponse:
+        fields = form(request)
+        email = fields.get("email", "")
+        try:
+            address = erasure_address(email)
+        except InvalidInput as error:
+            return console.refused(request, error, back=WAITLIST)
+        if fields.get("confirm") != "yes":
+            return console.render(request, "erase_confirm.html", title="Erase an address", email=address)
+        try:
+            erased = (await console.registrations(request).erase_registrations(address))["erased"]
+        except DomainError as error:
+            return console.refused(request, error, back=WAITLIST)
+        console.totals.forget()
+        return console.done(request, WAITLIST, message=f"{erased} registrations of that address erased.")

@@ -1,0 +1,210 @@
+"""The console's guard without a browser: hidden without an admin token, the session and its cookie,
+the security headers on every answer, the origin and CSRF checks, the sign-in throttle, the audit actor."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any
+
+import pytest
+
+from service.console.pages import HEADERS
+from service.console.session import safe_next
+from service.logs import JSONFormatter
+
+TOKEN = "s3cret-admin-token-for-the-console-tests"
+OTHER_TOKEN = "another-admin-token-for-the-console-tests"
+BASE = "http://127.0.0.1:8000"  # the settings' default base URL: the origin forms must come from
+ORIGIN = {"origin": BASE}
+PATHS = [
+    ("GET", "/console"),
+    ("GET", "/console/"),
+    ("GET", "/console/login"),
+    ("POST", "/console/login"),
+    ("POST", "/console/logout"),
+    ("GET", "/console/partners"),
+    ("GET", "/console/partners/ptn_x"),
+    ("POST", "/console/partners/ptn_x/pause"),
+    ("GET", "/console/deliveries"),
+    ("GET", "/console/events/new"),
+    ("GET", "/console/waitlist"),
+    ("POST", "/console/waitlist/export"),
+    ("GET", "/console/static/console.css"),
+    ("GET", "/console/nothing/here"),
+]
+
+
+def _sign_in(client: Any, token: str = TOKEN, **headers: str) -> Any:
+    return client.post(
+        "/console/login", data={"token": token, "next": "/console/partners"}, headers={**ORIGIN, **headers}
+    )
+
+
+def _session(response: Any) -> dict[str, str]:
+    return {"console_session": response.cookies["console_session"]}
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None
+    return found.group(1)
+
+
+@pytest.mark.parametrize(("method", "path"), PATHS)
+def test_without_an_admin_token_every_console_path_is_404(make_client: Any, method: str, path: str) -> None:
+    """No token configured: the console does not exist, whatever the path or method."""
+    with make_client(admin_token=None) as client:
+        response = client.request(method, path, headers=ORIGIN)
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(("method", "path"), PATHS)
+def test_every_console_answer_carries_the_security_headers(make_client: Any, method: str, path: str) -> None:
+    """Signed in or not, page, redirect, refusal or stylesheet: the same five headers."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        for jar in ({}, cookies):
+            response = client.request(method, path, cookies=jar)
+            for name, value in HEADERS.items():
+                assert response.headers[name] == value, (path, name, jar)
+
+
+def test_sign_in_sets_the_session_cookie_and_goes_where_it_was_asked(make_client: Any) -> None:
+    """303 to the same-origin ``next``; the cookie is HttpOnly, SameSite=Strict, Path=/console."""
+    with make_client(admin_token=TOKEN) as client:
+        response = _sign_in(client)
+        overview = client.get("/console/partners", cookies=_session(response))
+    assert (response.status_code, response.headers["location"]) == (303, "/console/partners")
+    cookie = response.headers["set-cookie"]
+    assert {"HttpOnly", "SameSite=Strict", "Path=/console"} <= {part.strip() for part in cookie.split(";")}
+    assert "Secure" not in cookie
+    assert overview.status_code == 200
+
+
+def test_the_cookie_is_secure_behind_an_https_base_url(make_client: Any) -> None:
+    """With an https base URL the session cookie is Secure (and forms must come from that origin)."""
+    with make_client(admin_token=TOKEN, base_url="https://console.example") as client:
+        refused = _sign_in(client)
+        response = _sign_in(client, origin="https://console.example")
+    assert refused.status_code == 403
+    assert response.status_code == 303
+    assert "Secure" in {part.strip() for part in response.headers["set-cookie"].split(";")}
+
+
+def test_a_session_from_before_the_token_changed_is_refused(make_client: Any) -> None:
+    """The session key derives from the admin token: a new token signs everyone out."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        assert client.get("/console", cookies=cookies).status_code == 200
+    with make_client(admin_token=OTHER_TOKEN) as client:
+        response = client.get("/console", cookies=cookies)
+    assert (response.status_code, response.headers["location"]) == (303, "/console/login?next=%2Fconsole")
+
+
+def test_a_session_lasts_eight_hours(make_client: Any, clock: Any) -> None:
+    """Eight hours of the clock after signing in, the session sends the browser to sign in again."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        clock.advance(8 * 3600 - 1)
+        assert client.get("/console", cookies=cookies).status_code == 200
+        clock.advance(2)
+        response = client.get("/console", cookies=cookies)
+    assert response.status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("headers", "csrf", "status"),
+    [
+        ({"origin": BASE}, True, 303),
+        ({"referer": BASE + "/console/partners"}, True, 303),
+        ({"origin": "http://127.0.0.1:9999"}, True, 403),
+        ({"origin": "null"}, True, 403),
+        ({"referer": "http://evil.example/console"}, True, 403),
+        ({}, True, 403),
+        ({"origin": BASE}, False, 403),
+    ],
+)
+def test_actions_need_our_origin_and_the_csrf_token(
+    make_client: Any, headers: dict[str, str], csrf: bool, status: int
+) -> None:
+    """A POST from another origin, with no origin at all, or without the session's token: 403."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/partners/new", cookies=cookies).text)
+        form = {"name": "Made", "url": "http://127.0.0.1:9/hook", "csrf": token if csrf else "forged"}
+        response = client.post("/console/partners", data=form, headers=headers, cookies=cookies)
+        listed = client.get("/admin/partners", headers={"authorization": f"Bearer {TOKEN}"}).json["partners"]
+    assert response.status_code == status
+    assert len(listed) == (1 if status == 303 else 0)
+
+
+def test_wrong_tokens_count_against_the_admin_throttle(make_client: Any) -> None:
+    """Ten wrong tokens (form or bearer alike) and the client is refused, even with the right one."""
+    with make_client(admin_token=TOKEN) as client:
+        for _ in range(5):
+            assert _sign_in(client, token="wrong").status_code == 401
+        for _ in range(5):
+            assert client.get("/admin/waitlist", headers={"authorization": "Bearer wrong"}).status_code == 401
+        refused = _sign_in(client)
+    assert refused.status_code == 429
+    assert "console_session" not in refused.cookies
+
+
+def test_console_actions_are_audited_as_the_console(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """An action taken in the console is one audit line whose actor is ``console:<client address>``."""
+    caplog.set_level(logging.INFO, logger="service.audit")
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/waitlist", cookies=cookies).text)
+        client.post(
+            "/console/waitlist/erase",
+            data={"email": "gone@example.com", "confirm": "yes", "csrf": token},
+            headers=ORIGIN,
+            cookies=cookies,
+        )
+    formatter = JSONFormatter()
+    lines = [json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"]
+    assert [(line["actor"], line["operation"], line["outcome"]) for line in lines] == [
+        ("console:127.0.0.1", "erase_registrations", "ok")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (None, "/console"),
+        ("/console/partners", "/console/partners"),
+        ("/console/deliveries?status=failed", "/console/deliveries?status=failed"),
+        ("https://evil.example/console", "/console"),
+        ("//evil.example/console", "/console"),
+        ("/consolex", "/console"),
+        ("/console\\..\\admin", "/console"),
+        ("/admin/partners", "/console"),
+        ("/console/\r\nSet-Cookie: x", "/console"),
+    ],
+)
+def test_sign_in_goes_only_to_console_paths(given: str | None, expected: str) -> None:
+    """``next`` is followed only to a path of the console itself; anything else is ignored."""
+    assert safe_next(given) == expected
+
+
+def test_export_is_a_csv_download_with_the_console_headers(make_client: Any) -> None:
+    """Export CSV streams every registration as an attachment, formula cells quoted, headers on."""
+    with make_client(admin_token=TOKEN) as client:
+        for number, project in enumerate(["=SUM(A1)", "Moonfrog"]):
+            body = {"email": f"csv{number}@example.com", "intent": "claim", "project": project}
+            assert client.post("/api/waitlist", json=body).status_code == 200
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/waitlist", cookies=cookies).text)
+        response = client.post("/console/waitlist/export", data={"csrf": token}, headers=ORIGIN, cookies=cookies)
+    assert response.status_code == 200
+    assert response.headers["content-disposition"] == 'attachment; filename="waitlist.csv"'
+    assert response.headers["content-security-policy"] == HEADERS["Content-Security-Policy"]
+    lines = response.text.splitlines()
+    assert lines[0] == "email,intent,project,message,createdAt,updatedAt"
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["csv0@example.com", "claim", "'=SUM(A1)"],
+        ["csv1@example.com", "claim", "Moonfrog"],
+    ]
