@@ -25,7 +25,7 @@ SUCCESS_RATE = "attempt success rate"  # the name of the one definition of succe
 # An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
 # retries hide it: each failure delays a delivery by a retry delay at least.
 MIN_SUCCESS_RATE = 0.95
-STATUSES = ("pending", "delivering", "delivered", "failed", "cancelled")  # service.webhooks.states
+STATUSES = ("pending", "delivering", "delivered", "failed", "cancelled")  # service.states
 
 By = str | Sequence[str] | None
 # The recent windows verdicts are read over, beside all of history: a partner that failed last

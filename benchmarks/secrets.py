@@ -29,10 +29,10 @@ from service.db.engine import create_engine, migrate
 from service.db.tables import deliveries, partner_secrets
 from service.events import parse_event
 from service.keyring import Keyring, parse_keys
+from service.states import DeliveryStatus
 from service.webhooks import outbox, partners
 from service.webhooks.claim import claim_due
 from service.webhooks.signing import signature_headers
-from service.webhooks.states import DeliveryStatus
 from service.webhooks.worker import BATCH
 
 KEY = "BQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQUFBQU="  # 32 bytes of 0x05: a benchmark's own key

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
+from service.states import PartnerStatus
 from service.text import readable
-from service.webhooks.states import PartnerStatus
 
 if TYPE_CHECKING:
     from service.webhooks.standing import Standing

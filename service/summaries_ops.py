@@ -21,7 +21,7 @@ from service.db.registrations import Intent
 from service.db.summaries import Key
 from service.exceptions import invalid
 from service.params import refuse_unknown, text
-from service.webhooks.states import DeliveryStatus
+from service.states import DeliveryStatus
 
 PAGE = 50  # rows per console page
 DAY = timedelta(days=1)

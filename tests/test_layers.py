@@ -13,7 +13,7 @@ SERVICE = Path(__file__).resolve().parents[1] / "service"
 FLOORS = (
     ("service.webhooks.pacing",),
     (
-        "service.webhooks.states",
+        "service.states",
         "service.webhooks.retry",
         "service.webhooks.breaker",
         "service.webhooks.signing",

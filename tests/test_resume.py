@@ -14,8 +14,8 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 
 from service.app import create_app
 from service.settings import Settings
+from service.states import Circuit
 from service.webhooks.breaker import BreakerPolicy, BreakerState, after_attempt, circuit, resumed
-from service.webhooks.states import Circuit
 
 T0 = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(failures=3, cooldown=30, disable_after=3600, max_cooldown=100)

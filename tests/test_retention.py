@@ -21,8 +21,8 @@ from service.db.engine import create_engine
 from service.db.rooms import known_rooms
 from service.db.tables import deliveries, delivery_attempts, events, partners, registrations
 from service.settings import Settings
+from service.states import SETTLED, DeliveryStatus
 from service.webhooks import retention, wiring
-from service.webhooks.states import SETTLED, DeliveryStatus
 from service.webhooks.worker import PRUNE_EVERY, PRUNE_FIRST, Worker
 
 DAYS = 30

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from service.states import Circuit
 from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt, circuit
-from service.webhooks.states import Circuit
 
 T0 = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(failures=3, cooldown=30, disable_after=3600, max_cooldown=100)

@@ -290,8 +290,8 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 ) -> None:
     """A delivered attempt closes its partner's open circuit and forgets its failures (reported
     once, as closed); a partner already closed and reset is left as it is, with nothing reported."""
+    from service.states import AttemptOutcome
     from service.webhooks.breaker import BreakerPolicy, Change
-    from service.webhooks.states import AttemptOutcome
 
     lease = timedelta(seconds=30)
 

@@ -15,7 +15,7 @@ from service.clock import ManualClock
 from service.db.engine import create_engine
 from service.db.tables import deliveries, events, partners
 from service.metrics import Metrics
-from service.webhooks.states import DeliveryStatus
+from service.states import DeliveryStatus
 from service.webhooks.stats import WAITING, OutboxStats, Waiting, outbox_stats
 
 

@@ -10,7 +10,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from service.console.pages import Console, form, link, query
 from service.console.session import PATH
 from service.exceptions import DomainError, InvalidInput
-from service.webhooks.states import REPLAYABLE, DeliveryStatus
+from service.states import REPLAYABLE, DeliveryStatus
 
 DELIVERIES = PATH + "/deliveries"
 MINUTE = "%Y-%m-%dT%H:%M"  # what a datetime-local field sends

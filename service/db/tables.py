@@ -27,7 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
-from service.webhooks.states import CLAIMABLE as CLAIMABLE_STATUSES
+from service.states import CLAIMABLE_IN
 
 # Stable constraint names make Alembic migrations identical on both databases.
 metadata = MetaData(
@@ -147,12 +147,12 @@ deliveries = Table(
 # size of the queue however many delivered rows accumulate (a partial index on both databases).
 # It replaced ix_deliveries_due (status, next_attempt_at), which planners preferred for the claim
 # and then sorted every due row before the LIMIT (migration 0002).
-CLAIMABLE = text("status IN ({})".format(", ".join(f"'{status}'" for status in CLAIMABLE_STATUSES)))
+CLAIMABLE_WHERE = text(f"status {CLAIMABLE_IN}")
 Index(
     "ix_deliveries_claimable",
     deliveries.c.next_attempt_at,
-    sqlite_where=CLAIMABLE,
-    postgresql_where=CLAIMABLE,
+    sqlite_where=CLAIMABLE_WHERE,
+    postgresql_where=CLAIMABLE_WHERE,
 )
 Index("ix_deliveries_partner_id", deliveries.c.partner_id)
 # An event's deliveries: retention asks whether an event has any left, and deleting an event checks
@@ -166,8 +166,8 @@ Index(
     "ix_deliveries_partner_claimable",
     deliveries.c.partner_id,
     deliveries.c.next_attempt_at,
-    sqlite_where=CLAIMABLE,
-    postgresql_where=CLAIMABLE,
+    sqlite_where=CLAIMABLE_WHERE,
+    postgresql_where=CLAIMABLE_WHERE,
 )
 
 # Batched kinds waiting for their batch, per partner in due order (a batch forms when its oldest

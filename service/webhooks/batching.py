@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from service.db.tables import deliveries, events, partners
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
-from service.webhooks.states import DeliveryStatus
+from service.states import DeliveryStatus
 
 # The high-volume signals: the kinds a partner may have batched. Every other kind is a one-off
 # fact about a room (a claim, an upgrade, a deployment) that a partner wants as it happens.
@@ -41,8 +41,6 @@ MIN_WAIT = 0.1
 MAX_WAIT = 300.0
 MEMBERS = ("events", "maxEvents", "maxWaitSeconds")
 
-BATCHING = DeliveryStatus.BATCHING
-BATCHED = DeliveryStatus.BATCHED
 # PostgreSQL: workers forming batches take turns (a member must land in one batch only).
 FORM_LOCK = 0x5E5E_BA7C
 FORM_ROWS = 10_000  # members one claim forms into batches per partner and kind, at most
@@ -132,7 +130,7 @@ def new_batch_id() -> str:
 
 # --- forming ----------------------------------------------------------------------------------
 
-_WAITING = deliveries.c.status == literal_column(f"'{BATCHING}'")
+_WAITING = deliveries.c.status == literal_column(f"'{DeliveryStatus.BATCHING}'")
 
 
 async def form_batches(conn: AsyncConnection, *, now: datetime) -> int:
@@ -190,7 +188,7 @@ async def _release(conn: AsyncConnection, partner_id: str, kind: str, *, now: da
 _JOIN = (
     update(deliveries)
     .where(deliveries.c.id == bindparam("b_id"), _WAITING)
-    .values(status=BATCHED, batch_id=bindparam("b_batch"), updated_at=bindparam("b_now"))
+    .values(status=DeliveryStatus.BATCHED, batch_id=bindparam("b_batch"), updated_at=bindparam("b_now"))
 )
 
 

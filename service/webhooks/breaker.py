@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from service.webhooks.states import Circuit
+from service.states import Circuit
 
 MAX_COOLDOWN = 3600.0  # seconds: a probe at least once an hour, however long the partner is down
 

@@ -27,11 +27,10 @@ from ulid import ULID
 
 from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners
 from service.keyring import Keyring, UnreadableSecret
+from service.states import CLAIMABLE, DeliveryStatus, PartnerStatus
 from service.webhooks.batching import form_batches, next_formed
 from service.webhooks.notify import notify
-from service.webhooks.partners import ACTIVE
 from service.webhooks.requeue import requeued
-from service.webhooks.states import CLAIMABLE, DeliveryStatus
 
 log = logging.getLogger(__name__)
 
@@ -72,9 +71,6 @@ class Job(NamedTuple):
 def _claimable(table: Any) -> Any:
     """The claimable-status test on ``table`` (the deliveries table or an alias of it)."""
     return table.c.status.in_([literal_column(f"'{status}'") for status in CLAIMABLE])
-
-
-_CLAIMABLE = _claimable(deliveries)
 
 
 _NOW = bindparam("b_now", type_=UTCDateTime())
@@ -138,7 +134,7 @@ def _claim_statement(postgres: bool) -> Any:
     eligible = (
         select(partners.c.id, headroom.label("headroom"))
         .outerjoin(in_flight, in_flight.c.partner_id == partners.c.id)
-        .where(partners.c.status == literal_column(f"'{ACTIVE}'"), headroom > 0)
+        .where(partners.c.status == literal_column(f"'{PartnerStatus.ACTIVE}'"), headroom > 0)
         .subquery("eligible")
     )
     due = deliveries.alias("due")
@@ -191,7 +187,9 @@ def _claim_statement(postgres: bool) -> Any:
         # Re-checked on the row itself: on PostgreSQL a row changed since the ranking was read
         # (settled by its worker, say) is tested again and dropped.
         .where(
-            deliveries.c.id.in_(chosen.scalar_subquery()), _CLAIMABLE, deliveries.c.next_attempt_at <= _NOW
+            deliveries.c.id.in_(chosen.scalar_subquery()),
+            _claimable(deliveries),
+            deliveries.c.next_attempt_at <= _NOW,
         )
         .values(
             status=DeliveryStatus.DELIVERING,
@@ -224,7 +222,7 @@ _CLAIMED_JOBS = (
     .join(events, events.c.id == deliveries.c.event_id)
     .join(partners, partners.c.id == deliveries.c.partner_id)
     .where(
-        _CLAIMABLE,
+        _claimable(deliveries),
         deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
         deliveries.c.claim_token == bindparam("b_token"),
     )
@@ -242,7 +240,7 @@ _CLAIMED_SECRETS = (
     .where(
         partner_secrets.c.partner_id.in_(
             select(deliveries.c.partner_id).where(
-                _CLAIMABLE,
+                _claimable(deliveries),
                 deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
                 deliveries.c.claim_token == bindparam("b_token"),
             )
@@ -358,7 +356,7 @@ async def next_due(conn: AsyncConnection) -> datetime | None:
     due: datetime | None = await conn.scalar(
         select(func.min(held_until))
         .join(partners, partners.c.id == deliveries.c.partner_id)
-        .where(_CLAIMABLE, partners.c.status == literal_column(f"'{ACTIVE}'"))
+        .where(_claimable(deliveries), partners.c.status == literal_column(f"'{PartnerStatus.ACTIVE}'"))
     )
     formed = await next_formed(conn)  # a batch forms (and is due) when its oldest has waited
     return min((moment for moment in (due, formed) if moment is not None), default=None)

@@ -29,6 +29,7 @@ from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
+from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
 from service.webhooks import outbox, partners, requeue, retention, standing, stats
 from service.webhooks.batching import BatchPolicy, parse_batch
@@ -36,7 +37,6 @@ from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
 from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
 from service.webhooks.ssrf import Resolve, system_resolve
-from service.webhooks.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.webhooks.stats import OutboxStats
 
 Document = dict[str, Any]

@@ -31,17 +31,11 @@ from service.db.tables import deliveries, delivery_attempts, events, partners
 from service.events import EventPayload, dedupe_key, dump_payload
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
-from service.webhooks.batching import BATCHING, BatchPolicy, waits_until
+from service.states import DeliveryStatus, PartnerStatus
+from service.webhooks.batching import BatchPolicy, waits_until
 from service.webhooks.notify import notify
-from service.webhooks.partners import ACTIVE, DISABLED, PAUSED
-from service.webhooks.states import DeliveryStatus
 
 log = logging.getLogger(__name__)
-
-PENDING = DeliveryStatus.PENDING
-DELIVERING = DeliveryStatus.DELIVERING
-DELIVERED = DeliveryStatus.DELIVERED
-FAILED = DeliveryStatus.FAILED
 
 
 def new_delivery_id() -> str:
@@ -99,7 +93,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
 
     rows = await conn.execute(
         select(partners.c.id, partners.c.events, partners.c.batch).where(
-            partners.c.status.in_((ACTIVE, PAUSED, DISABLED))
+            partners.c.status.in_((PartnerStatus.ACTIVE, PartnerStatus.PAUSED, PartnerStatus.DISABLED))
         )
     )
     targets: list[tuple[str, DeliveryStatus, datetime]] = []
@@ -109,9 +103,9 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
         policy = BatchPolicy.loads(batch)
         if policy is not None and payload.KIND in policy.events:
             # Waits for its batch; due (forces the batch out) once it has waited maxWaitSeconds.
-            targets.append((partner_id, BATCHING, waits_until(policy, now)))
+            targets.append((partner_id, DeliveryStatus.BATCHING, waits_until(policy, now)))
         else:
-            targets.append((partner_id, PENDING, now))
+            targets.append((partner_id, DeliveryStatus.PENDING, now))
     if targets:
         await conn.execute(
             deliveries.insert(),
@@ -209,7 +203,9 @@ async def list_deliveries(
             "status": row.status,
             "createdAt": _time(row.created_at),
             # For a delivery waiting for its batch: when the batch forms at the latest.
-            "nextAttemptAt": _time(row.next_attempt_at) if row.status in (PENDING, BATCHING) else None,
+            "nextAttemptAt": _time(row.next_attempt_at)
+            if row.status in (DeliveryStatus.PENDING, DeliveryStatus.BATCHING)
+            else None,
             "deliveredAt": _time(row.delivered_at),
             # A batch's own delivery: how many events it carries (eventId is its oldest's); a
             # member of one: the batch's delivery id, whose attempts are its attempts.

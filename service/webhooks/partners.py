@@ -37,6 +37,7 @@ from service.events import EVENT_MODELS
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
 from service.keyring import SEALED, Keyring
+from service.states import DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
@@ -44,13 +45,8 @@ from service.webhooks.breaker import BreakerState, circuit, resumed
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
-from service.webhooks.states import DeliveryStatus, PartnerStatus
 
 PARTNER_PREFIX = "ptn"
-ACTIVE = PartnerStatus.ACTIVE
-PAUSED = PartnerStatus.PAUSED
-DISABLED = PartnerStatus.DISABLED
-REMOVED = PartnerStatus.REMOVED
 # What removing a partner cancels: everything not yet delivered or given up on.
 UNDELIVERED = (
     DeliveryStatus.PENDING,
@@ -314,7 +310,7 @@ async def create_partner(
         name=new.name,
         url=new.url,
         events=new.events,
-        status=ACTIVE,
+        status=PartnerStatus.ACTIVE,
         created_at=now,
         updated_at=now,
         max_in_flight=new.max_in_flight,
@@ -326,7 +322,7 @@ async def create_partner(
             name=partner.name,
             url=partner.url,
             events=json.dumps(list(new.events)) if new.events is not None else None,
-            status=ACTIVE,
+            status=PartnerStatus.ACTIVE,
             max_in_flight=new.max_in_flight,
             batch=new.batch.dumps() if new.batch is not None else None,
             created_at=now,
@@ -353,14 +349,16 @@ async def list_partners(conn: AsyncConnection) -> list[Partner]:
     for row in await conn.execute(_OLD_SECRETS):
         expiries.setdefault(row.partner_id, []).append(row.expires_at)
     result = await conn.execute(
-        select(partners).where(partners.c.status != REMOVED).order_by(partners.c.created_at, partners.c.id)
+        select(partners)
+        .where(partners.c.status != PartnerStatus.REMOVED)
+        .order_by(partners.c.created_at, partners.c.id)
     )
     return [_partner(row, expiries.get(row["id"], ())) for row in result.mappings()]
 
 
 async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
     result = await conn.execute(
-        select(partners).where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        select(partners).where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
     )
     row = result.mappings().first()
     if row is None:
@@ -374,16 +372,22 @@ async def set_status(
 ) -> Partner | None:
     """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
     values: dict[str, Any] = {"status": status, "updated_at": now}
-    if status == ACTIVE:  # a resume starts the partner afresh: circuit closed, no failures counted
+    if (
+        status == PartnerStatus.ACTIVE
+    ):  # a resume starts the partner afresh: circuit closed, no failures counted
         values.update(
             consecutive_failures=0, failing_since=None, circuit_open_until=None, circuit_cooldown=None
         )
     changed = await conn.execute(
         update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != status, partners.c.status != REMOVED)
+        .where(
+            partners.c.id == partner_id,
+            partners.c.status != status,
+            partners.c.status != PartnerStatus.REMOVED,
+        )
         .values(**values)
     )
-    if changed.rowcount and status == ACTIVE:
+    if changed.rowcount and status == PartnerStatus.ACTIVE:
         await notify(conn)  # its waiting deliveries are claimable again
     return await get_partner(conn, partner_id)
 
@@ -421,7 +425,7 @@ async def set_batch(
     follow the new policy."""
     result = await conn.execute(
         update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
         .values(batch=policy.dumps() if policy is not None else None, updated_at=now)
     )
     return bool(result.rowcount)
@@ -443,7 +447,7 @@ async def rotate_secret(
     # partner's row until commit: two rotations of one partner take turns).
     result = await conn.execute(
         update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
         .values(updated_at=now)
     )
     if result.rowcount == 0:
@@ -496,7 +500,7 @@ async def update_partner(
     """
     changed = await conn.execute(
         update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
+        .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
         .values(**change.values, updated_at=now)
     )
     return await get_partner(conn, partner_id) if changed.rowcount else None
@@ -512,8 +516,8 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     """
     removed = await conn.execute(
         update(partners)
-        .where(partners.c.id == partner_id, partners.c.status != REMOVED)
-        .values(status=REMOVED, updated_at=now)
+        .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
+        .values(status=PartnerStatus.REMOVED, updated_at=now)
     )
     if not removed.rowcount:
         return None
@@ -531,8 +535,8 @@ async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: 
     if partner_ids:
         await conn.execute(
             update(partners)
-            .where(partners.c.id.in_(sorted(set(partner_ids))), partners.c.status == ACTIVE)
-            .values(status=PAUSED, updated_at=now)
+            .where(partners.c.id.in_(sorted(set(partner_ids))), partners.c.status == PartnerStatus.ACTIVE)
+            .values(status=PartnerStatus.PAUSED, updated_at=now)
         )
 
 
@@ -544,7 +548,7 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     A circuit closed or already half-open starts afresh (closed, no failures counted); resuming an
     active partner with nothing to start afresh changes nothing.
     """
-    mine = and_(partners.c.id == partner_id, partners.c.status != REMOVED)
+    mine = and_(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
     # A write first, which changes nothing, so SQLite never upgrades a read lock and PostgreSQL
     # holds the row until commit (a worker settling this partner's circuit waits its turn).
     locked = await conn.execute(update(partners).where(mine).values(status=partners.c.status))
@@ -552,14 +556,14 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
         return None
     partner = await get_partner(conn, partner_id)
     assert partner is not None
-    breaker = resumed(partner.breaker, now, lift_disable=partner.status == DISABLED)
-    if partner.status == ACTIVE and breaker == partner.breaker:
+    breaker = resumed(partner.breaker, now, lift_disable=partner.status == PartnerStatus.DISABLED)
+    if partner.status == PartnerStatus.ACTIVE and breaker == partner.breaker:
         return partner
     await conn.execute(
         update(partners)
         .where(mine)
         .values(
-            status=ACTIVE,
+            status=PartnerStatus.ACTIVE,
             updated_at=now,
             consecutive_failures=breaker.consecutive_failures,
             failing_since=breaker.failing_since,

@@ -13,9 +13,9 @@ import logging
 from collections.abc import Sequence
 
 from service.metrics import Metrics
+from service.states import AttemptOutcome
 from service.webhooks.breaker import Change
 from service.webhooks.settle import AttemptRecord
-from service.webhooks.states import AttemptOutcome
 
 log = logging.getLogger("service.webhooks.worker")
 

@@ -19,8 +19,8 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import deliveries, partners
+from service.states import DeliveryStatus, PartnerStatus
 from service.webhooks.notify import notify
-from service.webhooks.states import DeliveryStatus, PartnerStatus
 
 
 def requeued(now: datetime) -> dict[str, object]:

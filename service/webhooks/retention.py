@@ -35,7 +35,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.db.rooms import ROOM_KINDS, room_of
 from service.db.tables import deliveries, delivery_attempts, events
-from service.webhooks.states import SETTLED
+from service.states import SETTLED
 
 BATCH = 500  # rows per transaction: a few milliseconds of the write lock
 DUTY = 0.2  # the share of the time pruning works; it rests the remainder (benchmarks/prune.py)

@@ -22,13 +22,12 @@ from sqlalchemy import ARRAY, String, any_, bindparam, literal_column, null, sel
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import UTCDateTime, deliveries, delivery_attempts, partners
-from service.webhooks.batching import BATCHED
+from service.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
 from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.claim import Job
-from service.webhooks.partners import ACTIVE, pause_many
+from service.webhooks.partners import pause_many
 from service.webhooks.retry import Outcome, RetryPolicy, Verdict
 from service.webhooks.sender import Attempt
-from service.webhooks.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
 
 
 class AttemptRecord(NamedTuple):
@@ -182,7 +181,7 @@ async def _settle_members(conn: AsyncConnection, records: Sequence[AttemptRecord
     follow = [
         {
             "b_batch": record.job.delivery_id,
-            "b_from": BATCHED,
+            "b_from": DeliveryStatus.BATCHED,
             "b_status": STATUS_AFTER[record.outcome],
             "b_delivered": record.finished_at if record.outcome is AttemptOutcome.DELIVERED else None,
             "b_now": record.finished_at,
@@ -258,7 +257,7 @@ async def _settle_circuits(
             "circuit_cooldown": state.cooldown,
         }
         if Change.DISABLED in happened:
-            if row.status == ACTIVE:
+            if row.status == PartnerStatus.ACTIVE:
                 values.update(status=PartnerStatus.DISABLED, updated_at=now)
             else:  # paused meanwhile, or disabled by an earlier batch: nothing new to tell
                 happened = [change for change in happened if change is not Change.DISABLED]

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import FAILED as FAILED_ROWS
 from service.db.tables import deliveries, partners
-from service.webhooks.states import DeliveryStatus, PartnerStatus
+from service.states import DeliveryStatus, PartnerStatus
 
 
 class Standing(NamedTuple):

@@ -14,9 +14,8 @@ from typing import NamedTuple
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.db.tables import CLAIMABLE, deliveries, partners
-from service.webhooks.states import CLAIMABLE as WAITING_STATES
-from service.webhooks.states import DeliveryStatus
+from service.db.tables import CLAIMABLE_WHERE, deliveries, partners
+from service.states import CLAIMABLE, DeliveryStatus
 
 
 class Waiting(NamedTuple):
@@ -40,14 +39,14 @@ _EVER = datetime(1, 1, 1, tzinfo=UTC)
 # One row per (partner, state) with anything waiting; the partners themselves are few.
 WAITING = (
     select(deliveries.c.partner_id, deliveries.c.status, func.count(), func.min(deliveries.c.created_at))
-    .where(CLAIMABLE, deliveries.c.next_attempt_at >= _EVER)
+    .where(CLAIMABLE_WHERE, deliveries.c.next_attempt_at >= _EVER)
     .group_by(deliveries.c.partner_id, deliveries.c.status)
 )
 _PARTNERS = select(partners.c.id)
 
 
 async def outbox_stats(conn: AsyncConnection) -> OutboxStats:
-    by_status = dict.fromkeys(WAITING_STATES, 0)
+    by_status = dict.fromkeys(CLAIMABLE, 0)
     by_partner = {partner_id: Waiting() for partner_id in (await conn.scalars(_PARTNERS))}
     for partner_id, status, count, oldest in await conn.execute(WAITING):
         by_status[DeliveryStatus(status)] += count

@@ -41,6 +41,9 @@ REPLAYABLE = (DeliveryStatus.FAILED, DeliveryStatus.DELIVERED)
 
 # What a worker may claim: waiting rows, and claimed rows whose lease ran out (their worker died).
 CLAIMABLE = (DeliveryStatus.PENDING, DeliveryStatus.DELIVERING)
+# The same set as the SQL the claimable partial indexes and their queries test, word for word
+# (literal, not bound: a planner proves a partial index applies only from literal text).
+CLAIMABLE_IN = "IN ({})".format(", ".join(f"'{status}'" for status in CLAIMABLE))
 
 
 class AttemptOutcome(StrEnum):
