@@ -12,18 +12,50 @@ bloat every scrape.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-from service.states import PartnerStatus
+from service.states import DeliveryStatus, PartnerStatus
 from service.text import readable
 
-if TYPE_CHECKING:
-    from service.webhooks.standing import Standing
-    from service.webhooks.stats import OutboxStats
+
+# What the gauges are set from, as plain read-only shapes: the modules that read them from the
+# database (``service.webhooks.stats`` and ``service.webhooks.standing``) stand above this one.
+class WaitingFigures(Protocol):
+    """One partner's waiting deliveries."""
+
+    @property
+    def deliveries(self) -> int: ...
+    @property
+    def oldest(self) -> datetime | None: ...
+
+
+class OutboxFigures(Protocol):
+    """The outbox as a scrape reads it."""
+
+    @property
+    def by_status(self) -> Mapping[DeliveryStatus, int]: ...
+    @property
+    def by_partner(self) -> Mapping[str, WaitingFigures]: ...
+
+
+class PartnerFigures(Protocol):
+    """One partner's standing as a scrape reads it."""
+
+    @property
+    def partner_id(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> PartnerStatus: ...
+    @property
+    def circuit_open(self) -> bool: ...
+    @property
+    def failed(self) -> int: ...
+
 
 # The text format ``generate_latest`` writes (prometheus_client's CONTENT_TYPE_LATEST now names
 # another version, and older releases lack a name for this one).
@@ -160,7 +192,7 @@ class Metrics:
             child = self._children[key] = counter.labels(*labels)
         child.inc()
 
-    def set_outbox(self, stats: OutboxStats, now: datetime) -> None:
+    def set_outbox(self, stats: OutboxFigures, now: datetime) -> None:
         """The outbox gauges, from what ``service.webhooks.stats`` read at scrape time.
 
         Every partner has a series; one that is gone drops out, as does a state no longer listed.
@@ -175,7 +207,7 @@ class Metrics:
             age = 0.0 if waiting.oldest is None else max(0.0, (now - waiting.oldest).total_seconds())
             self.oldest_waiting.labels(partner_id).set(age)
 
-    def set_partners(self, standings: Sequence[Standing]) -> None:
+    def set_partners(self, standings: Sequence[PartnerFigures]) -> None:
         """The partner gauges, from what ``service.webhooks.standing`` read at scrape time.
 
         Every partner not removed has a series; a removed one drops out.
