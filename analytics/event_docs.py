@@ -1,7 +1,7 @@
 """The event catalog as a partner reads it: one section per event kind, and a signed example.
 
-Everything comes from ``service.catalog.event_entry`` (itself derived from the event models) and
-``service.webhooks.vectors``, so the catalog notebook shows what the service serves and sends.
+Everything comes from ``service.discovery.catalog.event_entry`` (itself derived from the event models) and
+``service.discovery.vectors``, so the catalog notebook shows what the service serves and sends.
 Each kind's signed example is that kind's ``single/<kind>`` case of the published test vectors
 (its own delivery id, the vectors' secret and time): a partner's verifier must reproduce its
 signatures exactly. The signed batch is the vectors' ``batch/room.trending`` case.
@@ -16,9 +16,9 @@ from typing import Any
 
 import pandas as pd
 
-from service.catalog import batch_delivery_entry, event_entry
+from service.discovery import vectors
+from service.discovery.catalog import batch_delivery_entry, event_entry
 from service.events import EVENT_MODELS, EventPayload, payload_fields
-from service.webhooks import vectors
 from service.webhooks.sender import USER_AGENT
 
 BASE_URL = "https://launchrooms.example"  # the platform's public address in every example

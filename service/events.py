@@ -1,7 +1,7 @@
 """The nine webhook event kinds, each defined once as a pydantic model.
 
 Everything a partner reads about an event (catalog entry, field table, example, JSON Schema) is
-derived from these classes by ``service.catalog``; ``parse_event`` is the one gate a published
+derived from these classes by ``service.discovery.catalog``; ``parse_event`` is the one gate a published
 event passes through, and ``dump_payload`` is the one way a payload becomes wire JSON.
 
     EventPayload                      common members: eventId, event, occurredAt

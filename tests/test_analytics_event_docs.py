@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 from analytics import event_docs
+from service.discovery import vectors
 from service.events import EVENT_MODELS, example_payload
-from service.webhooks import signing, vectors
+from service.webhooks import signing
 
 
 def test_overview_lists_every_kind_in_catalog_order() -> None:
@@ -82,7 +83,7 @@ def test_the_signed_batch_is_the_batch_vector_and_verifies() -> None:
     validates against the catalog's batch schema, and its first member is the kind's single example."""
     from jsonschema import Draft202012Validator
 
-    from service.catalog import batch_body_schema
+    from service.discovery.catalog import batch_body_schema
 
     request = event_docs.signed_batch()
     case = {case["id"]: case for case in vectors.vectors_document("https://x.example")["cases"]}["batch/room.trending"]

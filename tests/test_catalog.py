@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 from jsonschema import Draft202012Validator
 
-from service.catalog import (
+from service.discovery.catalog import (
     INTERFACE_VERSION,
     PUBLIC_API_VERSION,
     SCHEMA_VERSION,

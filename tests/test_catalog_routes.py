@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from service.catalog import catalog_document, event_document
+from service.discovery.catalog import catalog_document, event_document
 from service.events import EVENT_MODELS
 
 BASE = "https://rooms.example"

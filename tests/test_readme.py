@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from webhook_helpers import AUTH, Receiver, drain, onboard, publish, room_claimed, settings
 
+from service.discovery.vectors import vectors_document
 from service.webhooks.signing import STANDARD_LIBRARIES
-from service.webhooks.vectors import vectors_document
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = (ROOT / "README.md").read_text().split("## Partner guide", 1)[1].split("\n## ", 1)[0]

@@ -28,8 +28,8 @@ from webhook_helpers import (
     settings,
 )
 
-from service.catalog import catalog_document
 from service.clock import ManualClock
+from service.discovery.catalog import catalog_document
 from service.events import WebhookTest
 from service.webhooks import partners
 from service.webhooks.signing import (

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
+from service.discovery import vectors
+from service.discovery.vectors import NOW, REASONS, SIGNED_AT, vectors_document
 from service.events import EVENT_MODELS
-from service.webhooks import vectors
 from service.webhooks.signing import SignatureError, verify, verify_standard
-from service.webhooks.vectors import NOW, REASONS, SIGNED_AT, vectors_document
 
 BASE = "https://rooms.example"
 DOCUMENT = vectors_document(BASE)
@@ -204,7 +204,7 @@ def test_the_batch_case_is_a_batch_body_of_exact_payloads() -> None:
     as the bytes its single case sends, and has a delivery id of its own."""
     from jsonschema import Draft202012Validator
 
-    from service.catalog import catalog_document
+    from service.discovery.catalog import catalog_document
 
     case = CASES["batch/room.trending"]
     body = json.loads(case["body"])

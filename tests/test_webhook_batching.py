@@ -26,9 +26,9 @@ from webhook_helpers import (
     settings,
 )
 
-from service.catalog import catalog_document
 from service.clock import ManualClock, format_timestamp
 from service.db.engine import create_engine
+from service.discovery.catalog import catalog_document
 from service.events import parse_event
 from service.webhooks import outbox, partners
 from service.webhooks.claim import claim_due, next_due

@@ -23,10 +23,10 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.catalog import catalog_document, event_document
 from service.clock import Clock
 from service.db.rooms import known_rooms, latest_event_time
 from service.discovery.caching import CachedDocument, cached, json_bytes
+from service.discovery.catalog import catalog_document, event_document
 from service.discovery.content import Content, load_content
 from service.discovery.llms import llms_full_txt, llms_txt
 from service.discovery.manifest import agent_manifest, api_index, public_room_schema
@@ -47,11 +47,11 @@ from service.discovery.surfaces import (
     WELL_KNOWN_AGENT_JSON,
     XML,
 )
+from service.discovery.vectors import vectors_document
 from service.errors import ServiceUnavailable
 from service.events import EVENT_MODELS
 from service.partner_docs.serve import render_pages as partner_pages
 from service.settings import Settings
-from service.webhooks.vectors import vectors_document
 
 log = logging.getLogger("service.discovery")
 

@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from service.bodies import MAX_BODY_BYTES
-from service.catalog import DELIVERY_MODEL, batch_delivery_entry, public_api
-from service.catalog import signature as signature_object
+from service.discovery.catalog import DELIVERY_MODEL, batch_delivery_entry, public_api
+from service.discovery.catalog import signature as signature_object
 from service.discovery.content import Content
 from service.discovery.surfaces import (
     AGENT_JSON,

@@ -6,7 +6,7 @@ from typing import Any, get_args
 
 from service.bodies import FORM as FORM_BODY
 from service.bodies import JSON as JSON_BODY
-from service.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION, public_api
+from service.discovery.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION, public_api
 from service.discovery.content import Content
 from service.discovery.room import room_schema
 from service.discovery.schemas import (

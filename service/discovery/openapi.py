@@ -13,8 +13,8 @@ from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from service.bodies import MAX_BODY_BYTES
-from service.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION
-from service.catalog import signature as signature_object
+from service.discovery.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION
+from service.discovery.catalog import signature as signature_object
 from service.discovery.content import Content
 from service.discovery.room import PublicRoom
 from service.discovery.schemas import (
@@ -43,9 +43,9 @@ from service.discovery.surfaces import (
     WELL_KNOWN_AGENT_JSON,
     Surface,
 )
+from service.discovery.vectors import WebhookVectors
 from service.events import EVENT_MODELS
 from service.waitlist import WaitlistRequest, WaitlistResponse
-from service.webhooks.vectors import WebhookVectors
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"

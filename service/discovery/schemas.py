@@ -1,7 +1,7 @@
 """Models of the JSON documents the public API answers with.
 
 The manifest and the API index are built as these models; the catalog documents (built by
-``service.catalog``) and the error shape (``service.errors``) are described by them. OpenAPI takes
+``service.discovery.catalog``) and the error shape (``service.errors``) are described by them. OpenAPI takes
 its schemas from here, and the tests hold every served document to them.
 """
 
@@ -97,7 +97,7 @@ class ApiIndex(Document):
     links: dict[str, str]
 
 
-# --- the webhook catalog (built by service.catalog) ----------------------------------------------
+# --- the webhook catalog (built by service.discovery.catalog) ----------------------------------------------
 
 
 class PayloadField(BaseModel):

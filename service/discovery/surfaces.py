@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.catalog import schema_url
+from service.discovery.catalog import schema_url
 from service.events import EVENT_MODELS
 from service.partner_docs import PAGES, page_url
 

@@ -22,8 +22,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from service.catalog import batch_example, public_api
 from service.clock import ManualClock
+from service.discovery.catalog import batch_example, public_api
 from service.events import EVENT_MODELS
 from service.ids import SeededIds
 from service.webhooks.batching import batch_body
