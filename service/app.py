@@ -34,9 +34,8 @@ from service.ratelimit import RateLimiter
 from service.readiness import Readiness
 from service.settings import Settings
 from service.webhooks import admin as webhook_admin
-from service.webhooks import runtime
+from service.webhooks import runtime, wiring
 from service.webhooks.operations import Operations
-from service.webhooks.partners import seal_plaintext
 from service.webhooks.ssrf import Resolve, system_resolve
 
 App = Sanic[Config, "Context"]
@@ -141,8 +140,7 @@ def create_app(
         ctx.engine = create_engine(settings.database_url, bounded=True)
         ctx.probe = Probe(ctx.engine, within=health.PROBE_WITHIN)
         try:
-            async with ctx.engine.begin() as conn:  # what migration 0005 moved in plaintext
-                await seal_plaintext(conn, ctx.keyring)
+            await wiring.seal(ctx.engine, ctx.keyring)  # what migration 0005 moved in plaintext
         except Exception:  # the database is down: serve anyway (/readyz says so), seal next start
             log.warning("could not check for partner secrets stored in plaintext", exc_info=True)
         ctx.limiter = RateLimiter(settings)

@@ -141,12 +141,11 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _seal(settings: Settings, keyring: Keyring) -> int:
     from service.db.engine import create_engine
-    from service.webhooks.partners import seal_plaintext
+    from service.webhooks import wiring
 
     engine = create_engine(settings.database_url)
     try:
-        async with engine.begin() as conn:
-            return await seal_plaintext(conn, keyring)
+        return await wiring.seal(engine, keyring)
     finally:
         await engine.dispose()
 

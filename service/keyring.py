@@ -10,7 +10,7 @@ PostgreSQL database has no such place every server can share, so the service ref
 
 A stored secret is ``fernet:`` followed by the Fernet token. A value without the prefix is a
 plaintext secret written before secrets were sealed (migration 0005 moves them as they were):
-``seal_plaintext`` (``service.webhooks.partners``) seals those at every start, and ``open``
+``service.webhooks.wiring.seal`` seals those at every start and ``migrate``, and ``open``
 still reads one meanwhile, so signing never stops during the upgrade.
 """
 

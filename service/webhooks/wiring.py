@@ -42,12 +42,18 @@ def sender(
     )
 
 
+async def seal(engine: AsyncEngine, keyring: Keyring) -> int:
+    """Seal under ``keyring`` the partner secrets an earlier release stored in plaintext (what
+    migration 0005 moved); how many. Every start and ``migrate`` call it, through here only."""
+    async with engine.begin() as conn:
+        return await seal_plaintext(conn, keyring)
+
+
 async def keyring(engine: AsyncEngine, settings: Settings) -> Keyring:
     """The settings' keyring (``load_keyring``), once partner secrets an earlier release stored in
     plaintext are sealed under it."""
     found = load_keyring(settings)
-    async with engine.begin() as conn:
-        await seal_plaintext(conn, found)
+    await seal(engine, found)
     return found
 
 
