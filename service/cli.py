@@ -22,19 +22,11 @@ from service import commands
 from service.db.engine import DatabaseUnusable, check_database, migrate
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
-from service.registrations_ops import RegistrationOperations
+from service.registrations_ops import RegistrationOperations, neutralise
 from service.settings import Settings
 from service.webhooks import cli as webhooks_cli
 
 Command = Callable[[argparse.Namespace, Settings], int]
-FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")  # cells a spreadsheet would run as formulas
-
-
-def neutralise(cell: Any) -> Any:
-    """Prefix a quote to cells a spreadsheet would read as a formula (CSV injection, OWASP)."""
-    if isinstance(cell, str) and cell.startswith(FORMULA_LEADS):
-        return "'" + cell
-    return cell
 
 
 def _unspecified(host: str) -> bool:

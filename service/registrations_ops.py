@@ -26,6 +26,15 @@ from service.params import refuse_unknown, whole_number
 Document = dict[str, Any]
 Entry = dict[str, Any]
 MAX_PAGE = 10_000  # entries per page of /admin/waitlist: a page of JSON stays a few MB at most
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")  # cells a spreadsheet would run as formulas
+
+
+def neutralise(cell: Any) -> Any:
+    """Prefix a quote to cells a spreadsheet would read as a formula (CSV injection, OWASP): an
+    export's cells, the ``waitlist export`` command's and the console's download alike."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_LEADS):
+        return "'" + cell
+    return cell
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,12 +11,11 @@ from typing import Any
 
 from sanic import Blueprint, HTTPResponse, Request
 
-from service.cli import neutralise
 from service.console.pages import Console, form, link, query
 from service.console.session import PATH
 from service.db.registrations import COLUMNS
 from service.exceptions import DomainError, InvalidInput
-from service.registrations_ops import erasure_address
+from service.registrations_ops import erasure_address, neutralise
 from service.summaries_ops import INTENTS
 
 WAITLIST = PATH + "/waitlist"
