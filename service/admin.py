@@ -20,7 +20,8 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
 from typing import Any
 
 from limits import RateLimitItem, parse
@@ -31,6 +32,7 @@ from sanic.exceptions import MethodNotAllowed, SanicException
 from sanic.exceptions import NotFound as SanicNotFound
 from sanic.response import json as json_response
 from sanic.response import raw
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import audit
 from service.errors import (
@@ -42,12 +44,11 @@ from service.errors import (
     Unauthorized,
 )
 from service.handlers import error_response
-from service.metrics import CONTENT_TYPE
+from service.metrics import CONTENT_TYPE, Metrics
 from service.params import refuse_unknown
 from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
 from service.waitlist import client_address
-from service.webhooks import scrape
 
 log = logging.getLogger(__name__)
 
@@ -188,7 +189,12 @@ def _registrations(request: Request) -> RegistrationOperations:
     return RegistrationOperations(request.app.ctx.engine)
 
 
-def create_blueprint() -> Blueprint:
+# Sets the gauges read from the database as of a moment; whether the database could be read
+# (``service.webhooks.scrape.refresh_gauges``, handed in by the app: the webhooks stand above this).
+RefreshGauges = Callable[[AsyncEngine, Metrics, datetime], Awaitable[bool]]
+
+
+def create_blueprint(refresh_gauges: RefreshGauges) -> Blueprint:
     bp = admin_blueprint("admin", queries=("waitlist", "erase"))
 
     @bp.get("/waitlist")
@@ -205,7 +211,7 @@ def create_blueprint() -> Blueprint:
     @bp.get("/metrics")
     async def metrics(request: Request) -> HTTPResponse:
         ctx = request.app.ctx
-        database = await scrape.refresh_gauges(ctx.engine, ctx.metrics, ctx.clock())
+        database = await refresh_gauges(ctx.engine, ctx.metrics, ctx.clock())
         ctx.metrics.ready.set(1 if database and await ctx.limiter.ready() else 0)
         return raw(
             ctx.metrics.render(),

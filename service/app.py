@@ -34,7 +34,7 @@ from service.ratelimit import RateLimiter
 from service.readiness import Readiness
 from service.settings import Settings
 from service.webhooks import admin as webhook_admin
-from service.webhooks import runtime, wiring
+from service.webhooks import runtime, scrape, wiring
 from service.webhooks.operations import Operations
 from service.webhooks.ssrf import Resolve, system_resolve
 
@@ -124,7 +124,7 @@ def create_app(
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())
-    app.blueprint(admin.create_blueprint())
+    app.blueprint(admin.create_blueprint(scrape.refresh_gauges))
     app.blueprint(webhook_admin.create_blueprint())
     if settings.admin_token:  # the console signs in with it; without one, /console is 404
         app.blueprint(console.create_blueprint(settings, clock))
