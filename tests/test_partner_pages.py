@@ -11,8 +11,8 @@ from bs4 import BeautifulSoup
 from llms_txt import parse_llms_file
 
 from analytics import pages as rendering
+from service.discovery.partner_pages import CONTENT_SECURITY_POLICY, UnfilledPage, fill
 from service.partner_docs import BASE_URL_TOKEN
-from service.partner_docs.serve import CONTENT_SECURITY_POLICY, UnfilledPage, fill
 
 BASE = "https://partners.example/launch"
 ROOT = Path(__file__).resolve().parents[1]

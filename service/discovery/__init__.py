@@ -4,6 +4,7 @@ content.toml / content.py   the operator's wording, loaded and checked at start
 room.py                     RoomType, PricingTier, authority labels, room-schema.json
 catalog.py                  the webhook catalog, event documents and the public API's description
 vectors.py                  the published signature test vectors
+partner_pages.py            the partner pages (service.partner_docs), served with the base URL filled in
 surfaces.py                 where each document lives (one table for every document)
 llms.py                     /llms.txt and /llms-full.txt
 manifest.py                 /agent.json, /.well-known/agent.json, /api/v1, /room-schema.json

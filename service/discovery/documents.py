@@ -31,6 +31,7 @@ from service.discovery.content import Content, load_content
 from service.discovery.llms import llms_full_txt, llms_txt
 from service.discovery.manifest import agent_manifest, api_index, public_room_schema
 from service.discovery.openapi import openapi_document
+from service.discovery.partner_pages import render_pages as partner_pages
 from service.discovery.sitemaps import Room, agent_sitemap_xml, robots_txt, sitemap_xml
 from service.discovery.surfaces import (
     AGENT_JSON,
@@ -50,7 +51,6 @@ from service.discovery.surfaces import (
 from service.discovery.vectors import vectors_document
 from service.errors import ServiceUnavailable
 from service.events import EVENT_MODELS
-from service.partner_docs.serve import render_pages as partner_pages
 from service.settings import Settings
 
 log = logging.getLogger("service.discovery")

@@ -3,7 +3,7 @@
 Partners never see the repository, so the service serves what they need from it: an index, the
 event catalog (notebook 01) and signature verification (notebook 02), each as HTML and as Markdown
 (the same path plus ``.md``). ``make notebooks`` renders them from the committed notebooks into
-``pages/`` (``analytics.pages``); the server reads them from there (``service.partner_docs.serve``).
+``pages/`` (``analytics.pages``); the server reads them from there (``service.discovery.partner_pages``).
 
 This module is the table both sides read: where each page lives and what it is. It imports nothing
 from the service, so the catalog, the discovery documents and the renderer can all name the pages.
