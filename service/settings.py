@@ -210,9 +210,7 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(
-                f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}"
-            ) from None
+            raise ValueError(f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}") from None
         return value
 
     @field_validator("waitlist_global_rate_limit")
@@ -223,9 +221,7 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(
-                f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}"
-            ) from None
+            raise ValueError(f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}") from None
         return value
 
     @field_validator("secrets_key")

@@ -15,7 +15,7 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 
 from service.cli import main
 from service.clock import format_timestamp
-from service.webhooks import settle
+from service.webhooks import partners, settle
 from service.webhooks.claim import claim_due
 
 ONE_TRY = {"webhook_retry_schedule": ()}  # a failed attempt is final: failed at once
@@ -182,7 +182,8 @@ def test_an_attempt_in_flight_when_its_partner_is_removed_stays_cancelled(
             async with worker_for(client.app) as worker:
                 record = await worker.attempt(job)
                 async with client.app.ctx.engine.begin() as conn:
-                    await settle.record(conn, [record], breaker=worker.breaker)
+                    effects = await settle.record(conn, [record], breaker=worker.breaker)
+                    await partners.apply(conn, effects, now=worker.clock())
 
         client.run(answer_late())
         [delivery] = deliveries(client)

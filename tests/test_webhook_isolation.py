@@ -298,6 +298,11 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
     def delivered(job: Job) -> AttemptRecord:
         return AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
+    async def settle_one(conn: Any, record: AttemptRecord) -> list[tuple[str, Change]]:
+        effects = await settle.record(conn, [record], breaker=BreakerPolicy())
+        await partners.apply(conn, effects, now=clock())
+        return settle.changes(effects)
+
     async def scenario() -> tuple[list[Any], list[Any], tuple[Any, ...]]:
         engine = create_engine(database_url)
         await _setup(
@@ -317,9 +322,9 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
                 )
             )
         async with engine.begin() as conn:
-            first = await settle.record(conn, [delivered(jobs[0])], breaker=BreakerPolicy())
+            first = await settle_one(conn, delivered(jobs[0]))
         async with engine.begin() as conn:
-            second = await settle.record(conn, [delivered(jobs[1])], breaker=BreakerPolicy())
+            second = await settle_one(conn, delivered(jobs[1]))
             row = (
                 await conn.execute(
                     select(

@@ -26,28 +26,29 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         (Moment(), Turn(now=True, claim=256)),
         # Nothing was claimable, nothing has happened since: wait for a nudge or the poll.
         (Moment(drained=True), WAIT),
-        # A partner at its cap: 15 of the last claim's 16 are back, one is still out: wait for it,
-        # no longer than a turn takes ...
+        # A partner at its cap answering quickly: 15 attempts are back, one is out. They wait to
+        # share a commit no longer than a turn takes ...
         (
-            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.005, turn_seconds=0.01),
+            Moment(finished=15, in_flight=1, parked=100, drained=True, oldest=0.005, turn_seconds=0.01),
             Turn(now=False, wait=0.005),
         ),
         (
-            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.01, turn_seconds=0.01),
+            Moment(finished=15, in_flight=1, parked=100, drained=True, oldest=0.01, turn_seconds=0.01),
             Turn(now=True, claim=256),
         ),
         # ... and no longer than the log delay.
         (
-            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.005, turn_seconds=0.5),
+            Moment(finished=15, in_flight=1, parked=100, drained=True, oldest=0.005, turn_seconds=0.5),
             Turn(now=False, wait=0.015),
         ),
-        # All 16 are back: log them and refill the cap in the same turn.
-        (Moment(finished=16, drained=True, oldest=0.001), Turn(now=True, claim=256)),
-        # The straggler is late: log what is back and refill those slots.
         (
-            Moment(finished=15, in_flight=1, unfinished=1, drained=True, oldest=0.02, turn_seconds=0.5),
+            Moment(finished=15, in_flight=1, drained=True, oldest=0.02, turn_seconds=0.5),
             Turn(now=True, claim=256),
         ),
+        # All are back and nothing is out: log them and refill the lanes at once.
+        (Moment(finished=16, drained=True, oldest=0.001), Turn(now=True, claim=256)),
+        # Parked jobs do not take room: hanging partners' lanes leave every claim its batch.
+        (Moment(in_flight=400, parked=2800), Turn(now=True, claim=256)),
         # Partners hanging from older claims are not waited for.
         (Moment(finished=8, in_flight=80, drained=True), Turn(now=True, claim=256)),
         # A backlog: claimed work waits for senders, a few attempts finished: they share a commit.
@@ -86,6 +87,7 @@ def test_when_the_worker_claims_and_logs(moment: Moment, turn: Turn) -> None:
         (Moment(drained=True, in_flight=1), False),
         (Moment(drained=True, queued=1), False),
         (Moment(drained=True, finished=1), False),
+        (Moment(drained=True, parked=1), False),
         (Moment(drained=True, expired=1), False),
     ],
 )

@@ -135,6 +135,9 @@ deliveries = Table(
     Column("next_attempt_at", UTCDateTime(), nullable=False),
     Column("claimed_until", UTCDateTime()),
     Column("claim_token", String(40)),
+    # The worker that made the claim (each worker run names itself): a worker lets out as many of a
+    # partner's deliveries at once as the partner's cap leaves after the other workers' claims.
+    Column("claimed_by", String(40)),
     Column("created_at", UTCDateTime(), nullable=False),
     Column("updated_at", UTCDateTime(), nullable=False),
     Column("delivered_at", UTCDateTime()),

@@ -57,6 +57,10 @@ class Change(StrEnum):
     DISABLED = "disabled"
 
 
+# The changes after which the partner's queued deliveries wait: nothing more goes out until a probe.
+STOPPING = frozenset({Change.OPENED, Change.REOPENED, Change.DISABLED})
+
+
 def circuit(state: BreakerState, now: datetime) -> Circuit:
     if state.open_until is None:
         return Circuit.CLOSED

@@ -10,6 +10,14 @@ once). Claims read each partner with room under its cap through the partial inde
 ``ix_deliveries_partner_claimable``, which holds only pending and delivering rows, by partner in due
 order. A claim also forms the batches that are ready (``service.webhooks.batching``) and opens the
 claimed partners' secrets once per claim.
+
+**Slots and depth.** Each claim is made by a holder (a worker run, ``claimed_by``) and gives every
+job its partner's *slots*: the partner's cap less the live claims other holders have on it. The
+holder sends at most that many of the partner's deliveries at once (``service.webhooks.lanes``),
+and may claim up to ``depth`` times its slots, so a partner answering quickly finds its next
+delivery already in hand. The cap still holds across workers: another holder's slots are what the
+cap leaves after this holder's claimed rows, which are never fewer than its attempts in flight
+(docs/architecture.md, "Slots"). A circuit that is not closed gets no depth: its probe goes alone.
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, bindparam, case, delete, func, literal_column, select, true, update
+from sqlalchemy import Integer, String, bindparam, case, delete, func, literal_column, select, true, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
@@ -57,6 +65,7 @@ class Job(NamedTuple):
     claimed_until: datetime  # the lease's end, also the row's next_attempt_at while claimed
     probe: bool = False  # claimed while its partner's circuit was half-open
     batch: bool = False  # a batch's own delivery: its members follow it when it settles
+    slots: int = 1  # its partner's attempts this holder may have in flight at once, as of the claim
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
@@ -81,6 +90,39 @@ CLAIM_LOCK = 0x5E5E_C1A1
 _CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
 
 
+_HOLDER = bindparam("b_holder", type_=String())
+# A partner's cap: its own max_in_flight or the default (b_cap) while its circuit is closed, one
+# (the probe) once an open circuit's cool-down has passed, none while it is open.
+_CAP = case(
+    (
+        partners.c.circuit_open_until.is_(None),
+        func.coalesce(partners.c.max_in_flight, bindparam("b_cap", type_=Integer())),
+    ),
+    (partners.c.circuit_open_until <= _NOW, 1),
+    else_=0,
+)
+
+
+def _live_claims() -> Any:
+    """Per partner, its deliveries under a live claim (``claimed``) and how many of them this
+    holder has (``mine``); read through ``ix_deliveries_in_flight``."""
+    mine = case((deliveries.c.claimed_by == _HOLDER, 1), else_=0)
+    return (
+        select(deliveries.c.partner_id, func.count().label("claimed"), func.sum(mine).label("mine"))
+        .where(
+            deliveries.c.status == literal_column(f"'{DeliveryStatus.DELIVERING}'"),
+            deliveries.c.next_attempt_at > _NOW,
+        )
+        .group_by(deliveries.c.partner_id)
+        .subquery("claimed")
+    )
+
+
+def _slots(claimed: Any) -> Any:
+    """The partner's slots for this holder: its cap less the other holders' live claims."""
+    return _CAP - (func.coalesce(claimed.c.claimed, 0) - func.coalesce(claimed.c.mine, 0))
+
+
 class _CrossJoin(Join):
     """An inner join SQLite must run in the order written (its ``CROSS JOIN``); elsewhere a JOIN."""
 
@@ -100,41 +142,29 @@ def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
 def _claim_statement(postgres: bool) -> Any:
     """Due deliveries of active partners, each partner served in turn and held to its cap.
 
-    A partner's cap is its own ``max_in_flight`` or the default (``b_cap``) while its circuit is
-    closed, one (the probe) once an open circuit's cool-down has passed, and none while it is open.
-    Its live claims (``delivering`` with a lease still running) count against the cap. Taking
+    A partner's live claims (``delivering`` with a lease still running) by other holders count
+    against its cap (``_CAP``); what is left is this holder's slots, and it may hold ``b_depth``
+    times that many of the partner's deliveries (one, for a probe). Taking
     every partner's first due row before anyone's second means a partner with a large backlog
     cannot crowd out one with a single due event.
 
     The claim starts from the partners with room under their caps (few rows) and reads each one's
     due rows through ``ix_deliveries_partner_claimable``, in due order, only as far as it could
-    take: a partner at its cap (hanging, or its circuit open) costs nothing however large its
+    take: a partner at its cap or depth (hanging, or its circuit open) costs nothing however large its
     backlog. PostgreSQL reads exactly each partner's headroom (a LATERAL subquery with a per-row
     LIMIT); SQLite, which allows no column in a LIMIT, ranks each partner's rows up to its
     ``b_limit``-th due one (no claim takes more from one partner).
     """
-    in_flight = (
-        select(deliveries.c.partner_id, func.count().label("claimed"))
-        .where(
-            deliveries.c.status == literal_column(f"'{DeliveryStatus.DELIVERING}'"),
-            deliveries.c.next_attempt_at > _NOW,
-        )
-        .group_by(deliveries.c.partner_id)
-        .subquery("in_flight")
-    )
-    cap = case(
-        (
-            partners.c.circuit_open_until.is_(None),
-            func.coalesce(partners.c.max_in_flight, bindparam("b_cap", type_=Integer())),
-        ),
-        (partners.c.circuit_open_until <= _NOW, 1),
-        else_=0,
-    )
-    headroom = cap - func.coalesce(in_flight.c.claimed, 0)
+    claimed = _live_claims()
+    slots = _slots(claimed)
+    # Rows this claim may add: a closed circuit's slots times the depth, a probe's one slot, less
+    # what the holder already has.
+    depth = case((partners.c.circuit_open_until.is_(None), bindparam("b_depth", type_=Integer())), else_=1)
+    headroom = slots * depth - func.coalesce(claimed.c.mine, 0)
     eligible = (
         select(partners.c.id, headroom.label("headroom"))
-        .outerjoin(in_flight, in_flight.c.partner_id == partners.c.id)
-        .where(partners.c.status == literal_column(f"'{PartnerStatus.ACTIVE}'"), headroom > 0)
+        .outerjoin(claimed, claimed.c.partner_id == partners.c.id)
+        .where(partners.c.status == literal_column(f"'{PartnerStatus.ACTIVE}'"), slots > 0, headroom > 0)
         .subquery("eligible")
     )
     due = deliveries.alias("due")
@@ -194,6 +224,7 @@ def _claim_statement(postgres: bool) -> Any:
         .values(
             status=DeliveryStatus.DELIVERING,
             claim_token=bindparam("b_token"),
+            claimed_by=_HOLDER,
             claimed_until=bindparam("b_until", type_=UTCDateTime()),
             # Should this claim be abandoned, the delivery is due again when the lease ends: a
             # `delivering` row whose next_attempt_at has passed is claimable like a pending one.
@@ -204,6 +235,7 @@ def _claim_statement(postgres: bool) -> Any:
 
 
 _CLAIM = {name: _claim_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+_CLAIMED_NOW = _live_claims()
 # The rows one claim took, found by what the claim wrote: every one is delivering, with the
 # claim's token and next_attempt_at = its lease end, so the partial index finds them by that time.
 _CLAIMED_JOBS = (
@@ -218,9 +250,11 @@ _CLAIMED_JOBS = (
         partners.c.id.label("partner_id"),
         partners.c.url,
         partners.c.circuit_open_until,
+        _slots(_CLAIMED_NOW).label("slots"),
     )
     .join(events, events.c.id == deliveries.c.event_id)
     .join(partners, partners.c.id == deliveries.c.partner_id)
+    .outerjoin(_CLAIMED_NOW, _CLAIMED_NOW.c.partner_id == partners.c.id)
     .where(
         _claimable(deliveries),
         deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
@@ -284,17 +318,31 @@ async def claim_due(
     default_cap: int,
     keyring: Keyring,
     token: str | None = None,
+    holder: str | None = None,
+    depth: int = 1,
 ) -> list[Job]:
-    """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap.
+    """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap,
+    for ``holder`` (a worker run; one of its own when not given), up to ``depth`` times each
+    partner's slots.
 
     Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
     worker died; it goes out again under the same attempt number, as no attempt was logged).
     """
+    if depth < 1:
+        raise ValueError("depth must be at least 1")
     token = token or new_claim_token()
     until = now + lease
     if conn.dialect.name == "postgresql":
         await conn.execute(_CLAIM_LOCK)
-    params = {"b_now": now, "b_limit": limit, "b_token": token, "b_until": until, "b_cap": default_cap}
+    params = {
+        "b_now": now,
+        "b_limit": limit,
+        "b_token": token,
+        "b_until": until,
+        "b_cap": default_cap,
+        "b_holder": holder or token,
+        "b_depth": depth,
+    }
     claim = _CLAIM[conn.dialect.name]
     taken = (await conn.execute(claim, params)).rowcount
     # Batches ready now are formed after the claim's write (SQLite then holds its write lock before
@@ -304,7 +352,7 @@ async def claim_due(
         taken += (await conn.execute(claim, {**params, "b_limit": limit - taken})).rowcount
     if not taken:
         return []
-    rows = (await conn.execute(_CLAIMED_JOBS, {"b_until": until, "b_token": token})).all()
+    rows = (await conn.execute(_CLAIMED_JOBS, params)).all()
     signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
     jobs = []
     for row in rows:
@@ -326,6 +374,7 @@ async def claim_due(
                 until,
                 row.circuit_open_until is not None,
                 bool(row.batch),
+                row.slots,
             )
         )
     return jobs

@@ -7,16 +7,12 @@ and otherwise how long the waiting attempts may still wait.
 
 The rules, in order of weight:
 
-- **Slots refill as attempts finish.** A partner's in-flight cap counts its claimed rows in the
-  database, across every worker, so a finished attempt frees its partner's slot only once it is
-  logged. Whenever senders are starved (nothing claimed waits for them), finished attempts are
-  logged as soon as the last claim's deliveries have all been attempted, and the same transaction
-  claims again: a partner at its cap keeps the cap full for as long as it has due work, and many
-  partners keep the worker's concurrency full. The last claim's stragglers are waited for no
-  longer than a turn takes (and never past ``log_delay``): when partners answer faster than a turn
-  runs, a turn started while some were still out would leave their slots idle for a whole turn
-  more, halving the rate of a partner at its cap; when they answer slower, the freed slots are
-  refilled at once. Attempts of older claims (a partner that hangs) are not waited for.
+- **Lanes refill as attempts are logged.** A slot passes from one attempt to the next in the
+  worker's lanes (``service.webhooks.lanes``) with no turn at all; what a turn refills is the lanes'
+  parked jobs, since a logged attempt no longer counts against its partner's claims. Whenever
+  senders are starved (nothing let out waits for them), finished attempts wait no longer than a
+  turn takes (and never past ``log_delay``) to share a commit, and the same transaction claims
+  again: under a backlog, turns run back to back.
 - **Commits stay batched where the rate needs them.** Attempts finishing while claimed work still
   waits for a sender share a commit: they wait until a batch of them has finished or the oldest
   has waited ``log_delay``. Turns run back to back under a backlog, so what finishes during one
@@ -25,7 +21,8 @@ The rules, in order of weight:
   asked for), until an attempt is logged (its slot is free), something is published or resumed,
   or the poll interval passes; the worker keeps that flag (``Moment.drained``).
 - **Every turn that runs claims what there is room for**, so a transaction paid for logging also
-  tops up the queue.
+  tops up the lanes. Room counts the jobs let out to the senders, not the parked ones: a lane
+  parks at most its depth, and a hanging partner's parked jobs must not keep others from claiming.
 """
 
 from __future__ import annotations
@@ -38,7 +35,7 @@ class Pace:
     """A worker's fixed sizes."""
 
     batch: int  # the most rows one turn claims, and finished attempts enough to log at once
-    capacity: int  # claimed deliveries a worker holds at most: in flight or waiting for a sender
+    capacity: int  # jobs a worker lets out at most: in flight or waiting for a sender
     log_delay: float  # seconds a finished attempt may wait to share a commit while senders are busy
 
 
@@ -48,9 +45,9 @@ class Moment:
 
     finished: int = 0  # attempts finished and not yet logged
     expired: int = 0  # claims to hand back unsent
-    queued: int = 0  # claimed deliveries waiting for a sender
+    queued: int = 0  # jobs let out, waiting for a sender
     in_flight: int = 0  # attempts being sent
-    unfinished: int = 0  # deliveries of the last claim not yet attempted or handed back
+    parked: int = 0  # jobs claimed and held in the lanes until their partners have a free slot
     drained: bool = False  # the last claim took all there was, and nothing freed or woke since
     oldest: float = 0.0  # seconds the oldest finished attempt has waited
     turn_seconds: float = 0.0  # how long the last turn took
@@ -76,11 +73,11 @@ def decide(moment: Moment, pace: Pace) -> Turn:
     starved = moment.queued == 0
     # Something may be claimable: a claim would not be wasted on its own.
     claim_now = room > 0 and not moment.drained and (room >= pace.batch or starved)
-    # How long finished attempts wait: for the last claim's stragglers while senders are starved,
-    # to share a commit while they are busy.
+    # How long finished attempts wait to share a commit: no longer than a turn takes while senders
+    # are starved (under a backlog turns run back to back), the log delay while they are busy.
     patience = min(pace.log_delay, moment.turn_seconds) if starved else pace.log_delay
-    if starved and not moment.unfinished:
-        patience = 0.0
+    if starved and not moment.in_flight:
+        patience = 0.0  # nothing out could share the commit: log at once
     log_now = moment.finished > 0 and (moment.finished >= pace.batch or moment.oldest >= patience)
     if claim_now or log_now or moment.expired:
         # Logging frees the finished attempts' partner slots, so a turn that logs claims even
@@ -100,4 +97,5 @@ def idle(moment: Moment) -> bool:
         and not moment.expired
         and not moment.queued
         and not moment.in_flight
+        and not moment.parked
     )

@@ -25,7 +25,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import and_, delete, select, update
 from sqlalchemy.engine import RowMapping
@@ -41,7 +41,7 @@ from service.states import DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
-from service.webhooks.breaker import BreakerState, circuit, resumed
+from service.webhooks.breaker import BreakerState, Change, circuit, resumed
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
@@ -530,14 +530,65 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     return int(cancelled.rowcount)
 
 
-async def pause_many(conn: AsyncConnection, partner_ids: Sequence[str], *, now: datetime) -> None:
-    """Pause partners that answered 410 Gone (already paused ones are left as they are)."""
-    if partner_ids:
-        await conn.execute(
-            update(partners)
-            .where(partners.c.id.in_(sorted(set(partner_ids))), partners.c.status == PartnerStatus.ACTIVE)
-            .values(status=PartnerStatus.PAUSED, updated_at=now)
+class Standing(NamedTuple):
+    """A partner's status and circuit, as a batch of attempts finds them."""
+
+    status: PartnerStatus
+    breaker: BreakerState
+
+
+class PartnerEffect(NamedTuple):
+    """What a batch of attempts does to one partner (``service.webhooks.settle.effects``)."""
+
+    partner_id: str
+    breaker: BreakerState | None = None  # its circuit's new state; None: as it was
+    pause: bool = False  # it answered 410 Gone while active
+    disable: bool = False  # it has failed without a break for too long, while active
+    changes: tuple[Change, ...] = ()  # what its circuit did, for logs and metrics
+
+
+async def lock_standing(conn: AsyncConnection, partner_ids: Sequence[str]) -> dict[str, Standing]:
+    """The partners' standing, their rows locked until the transaction ends on PostgreSQL (two
+    workers settling one partner take turns; SQLite's one writer already does)."""
+    if not partner_ids:
+        return {}
+    query = select(
+        partners.c.id,
+        partners.c.status,
+        partners.c.consecutive_failures,
+        partners.c.failing_since,
+        partners.c.circuit_open_until,
+        partners.c.circuit_cooldown,
+    ).where(partners.c.id.in_(partner_ids))
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    return {
+        row.id: Standing(
+            PartnerStatus(row.status),
+            BreakerState(
+                row.consecutive_failures, row.failing_since, row.circuit_open_until, row.circuit_cooldown
+            ),
         )
+        for row in await conn.execute(query)
+    }
+
+
+async def apply(conn: AsyncConnection, effects: Sequence[PartnerEffect], *, now: datetime) -> None:
+    """Write what attempts did to their partners: circuits moved, partners paused or disabled."""
+    for effect in effects:
+        values: dict[str, Any] = {}
+        if effect.breaker is not None:
+            values.update(
+                consecutive_failures=effect.breaker.consecutive_failures,
+                failing_since=effect.breaker.failing_since,
+                circuit_open_until=effect.breaker.open_until,
+                circuit_cooldown=effect.breaker.cooldown,
+            )
+        if effect.pause or effect.disable:
+            status = PartnerStatus.PAUSED if effect.pause else PartnerStatus.DISABLED
+            values.update(status=status, updated_at=now)
+        if values:
+            await conn.execute(update(partners).where(partners.c.id == effect.partner_id).values(**values))
 
 
 async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetime) -> Partner | None:

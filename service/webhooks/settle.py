@@ -1,10 +1,12 @@
-"""Settle: what an attempt's answer does to its delivery (a pure decision), and recording it.
+"""Settle: what an attempt's answer does to its delivery and its partner, and recording it.
 
 ``decide`` turns an attempt into its record: delivered, retried later on the schedule, failed once
 the schedule is spent, or paused (410). ``record`` logs a batch of records in the caller's
 transaction, each guarded by its claim token so a worker whose lease was taken over cannot
-overwrite the newer claim, pauses the partners that answered 410 and moves the partners' circuit
-breakers (``service.webhooks.breaker``).
+overwrite the newer claim, and returns what the attempts do to their partners as data
+(``PartnerEffect``: a pause, a circuit's new state, a disable), folded by ``effects`` through each
+partner's circuit breaker (``service.webhooks.breaker``); ``partners.apply`` writes them, in the
+same transaction.
 
 Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
 ``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
@@ -14,18 +16,18 @@ Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ARRAY, String, any_, bindparam, literal_column, null, select, update
+from sqlalchemy import ARRAY, String, any_, bindparam, literal_column, null, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.db.tables import UTCDateTime, deliveries, delivery_attempts, partners
+from service.db.tables import UTCDateTime, deliveries, delivery_attempts
 from service.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
-from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
+from service.webhooks.breaker import BreakerPolicy, Change, after_attempt
 from service.webhooks.claim import Job
-from service.webhooks.partners import pause_many
+from service.webhooks.partners import PartnerEffect, Standing, lock_standing
 from service.webhooks.retry import Outcome, RetryPolicy, Verdict
 from service.webhooks.sender import Attempt
 
@@ -121,11 +123,16 @@ _settle = (
 )
 
 
+def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, Change]]:
+    """Each partner's circuit changes, in order."""
+    return [(effect.partner_id, change) for effect in effects for change in effect.changes]
+
+
 async def record(
     conn: AsyncConnection, records: Sequence[AttemptRecord], *, breaker: BreakerPolicy
-) -> list[tuple[str, Change]]:
-    """Log the attempts, settle their deliveries and their partners' circuits, in the caller's
-    transaction; what changed in which partner's circuit."""
+) -> list[PartnerEffect]:
+    """Log the attempts and settle their deliveries in the caller's transaction; what they do to
+    their partners, read under a lock on each partner's row (``partners.lock_standing``)."""
     if not records:
         return []
     await conn.execute(_LOG_ATTEMPTS, [_log_row(record) for record in records])
@@ -159,10 +166,8 @@ async def record(
     settled_batches = [record for record in records if record.job.batch]
     if settled_batches:
         await _settle_members(conn, settled_batches)
-    latest = max(record.finished_at for record in records)
-    gone = [record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED]
-    await pause_many(conn, gone, now=latest)
-    return await _settle_circuits(conn, records, breaker, now=latest)
+    standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
+    return effects(records, standing, breaker)
 
 
 _FOLLOW = (
@@ -209,37 +214,26 @@ def _log_row(record: AttemptRecord) -> dict[str, Any]:
     }
 
 
-_BREAKER_COLUMNS = (
-    partners.c.id,
-    partners.c.status,
-    partners.c.consecutive_failures,
-    partners.c.failing_since,
-    partners.c.circuit_open_until,
-    partners.c.circuit_cooldown,
-)
-_FAILED = (AttemptOutcome.RETRY, AttemptOutcome.FAILED)
-
-
-async def _settle_circuits(
-    conn: AsyncConnection, records: Sequence[AttemptRecord], policy: BreakerPolicy, *, now: datetime
-) -> list[tuple[str, Change]]:
-    """Fold each partner's attempts, in the order they finished, through its circuit breaker."""
+def effects(
+    records: Sequence[AttemptRecord], standing: Mapping[str, Standing], policy: BreakerPolicy
+) -> list[PartnerEffect]:
+    """What the attempts do to their partners: each partner's attempts folded, in the order they
+    finished, through its circuit breaker (a 410 is an answer, neither way, and pauses it). Only
+    partners something happens to are named; a pause or a disable only of an active partner."""
     by_partner: dict[str, list[AttemptRecord]] = {}
     for record in records:
-        if record.outcome is not AttemptOutcome.PAUSED:  # a 410 is an answer, neither way
-            by_partner.setdefault(record.job.partner_id, []).append(record)
-    if not by_partner:
-        return []
-    query = select(*_BREAKER_COLUMNS).where(partners.c.id.in_(sorted(by_partner)))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()  # two workers settling one partner take turns
-    changes: list[tuple[str, Change]] = []
-    for row in (await conn.execute(query)).all():
-        before = BreakerState(
-            row.consecutive_failures, row.failing_since, row.circuit_open_until, row.circuit_cooldown
-        )
+        by_partner.setdefault(record.job.partner_id, []).append(record)
+    found = []
+    for partner_id, attempts in by_partner.items():
+        if partner_id not in standing:
+            continue  # removed meanwhile
+        status, before = standing[partner_id]
+        active = status == PartnerStatus.ACTIVE
+        pause = active and any(record.outcome is AttemptOutcome.PAUSED for record in attempts)
         state, happened = before, []
-        for record in sorted(by_partner[row.id], key=lambda record: record.finished_at):
+        for record in sorted(attempts, key=lambda record: record.finished_at):
+            if record.outcome is AttemptOutcome.PAUSED:
+                continue
             state, more = after_attempt(
                 state,
                 ok=record.outcome is AttemptOutcome.DELIVERED,
@@ -248,19 +242,18 @@ async def _settle_circuits(
                 policy=policy,
             )
             happened += more
-        if state == before:
-            continue
-        values: dict[str, Any] = {
-            "consecutive_failures": state.consecutive_failures,
-            "failing_since": state.failing_since,
-            "circuit_open_until": state.open_until,
-            "circuit_cooldown": state.cooldown,
-        }
-        if Change.DISABLED in happened:
-            if row.status == PartnerStatus.ACTIVE:
-                values.update(status=PartnerStatus.DISABLED, updated_at=now)
-            else:  # paused meanwhile, or disabled by an earlier batch: nothing new to tell
-                happened = [change for change in happened if change is not Change.DISABLED]
-        await conn.execute(update(partners).where(partners.c.id == row.id).values(**values))
-        changes += [(row.id, change) for change in dict.fromkeys(happened)]
-    return changes
+        disable = Change.DISABLED in happened and active and not pause
+        if Change.DISABLED in happened and not disable:
+            happened = [change for change in happened if change is not Change.DISABLED]
+        moved = state != before
+        if moved or pause or disable:
+            found.append(
+                PartnerEffect(
+                    partner_id,
+                    breaker=state if moved else None,
+                    pause=pause,
+                    disable=disable,
+                    changes=tuple(dict.fromkeys(happened)),
+                )
+            )
+    return found

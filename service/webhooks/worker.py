@@ -7,18 +7,23 @@ turns until nothing is due at the clock's time and nothing is in flight.
 
 The loop is made of standard parts:
 
-- a bounded ``asyncio.Queue`` of claimed deliveries, which ``concurrency`` sender tasks take from;
-- the senders, in one ``asyncio.TaskGroup``: each attempts one delivery at a time and hands the
-  attempt's record to the bookkeeper's queue;
-- the bookkeeper (``_bookkeep``), the only part that touches the database, one transaction per
-  turn: it logs and settles every attempt finished since the last turn (and the partners'
-  circuits) and claims what the queue has room for, together. Under load one commit carries
+- **claim**: the bookkeeper (``_bookkeep``), the only part that touches the database, claims due
+  deliveries (``claim.claim_due``): partners in turn, each within its cap across every worker, up
+  to ``depth`` times the slots the cap leaves this worker. The claimed jobs go to the partners'
+  lanes (``service.webhooks.lanes``), which let a job out to the senders' queue while its partner
+  has a free slot, and give a slot to the next job the moment an attempt ends: a partner at its cap
+  stays there with no database round trip between one attempt and the next;
+- **send**: ``concurrency`` sender tasks, in one ``asyncio.TaskGroup``, each attempting one
+  delivery at a time (``service.webhooks.sender``) and handing the attempt's record back;
+- **settle**: the bookkeeper logs every attempt finished since its last turn, settles their
+  deliveries and moves their partners' circuits (``service.webhooks.settle``), in the same
+  transaction as its next claim, which then tops the lanes up. Under load one commit carries
   hundreds of attempts; an idle worker turns as soon as something happens.
 
-Claims serve partners in turn and hold each to its in-flight cap across every worker
-(``claim.claim_due``), so a hanging partner holds only its own slots; the sender pool is large
-enough that a few hanging partners' slots leave most of it free, and a partner failing attempt
-after attempt soon has its circuit opened (``service.webhooks.breaker``) and holds one at most.
+A hanging partner holds only its own slots, and its lane parks the rest of what it claimed; the
+sender pool is large enough that a few hanging partners' slots leave most of it free, and a partner
+failing attempt after attempt soon has its circuit opened (``service.webhooks.breaker``), its
+parked jobs handed back, and holds one slot at most.
 
 The bookkeeper wakes when this process makes deliveries due (``wake``, set by the operations),
 when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), when finished
@@ -53,9 +58,11 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks import pacing, retention, settle
-from service.webhooks.breaker import BreakerPolicy, Change
-from service.webhooks.claim import Job, claim_due, release
+from service.states import AttemptOutcome
+from service.webhooks import pacing, partners, retention, settle
+from service.webhooks.breaker import STOPPING, BreakerPolicy, Change
+from service.webhooks.claim import Job, claim_due, new_claim_token, release
+from service.webhooks.lanes import Lanes
 from service.webhooks.notify import Listener
 from service.webhooks.recorder import Recorder
 from service.webhooks.retry import RetryPolicy
@@ -85,6 +92,11 @@ LOG_DELAY = 0.02
 # delivery that could no longer finish inside its lease is handed back instead of sent.
 BATCH = 256
 WAITING = 512
+# A worker claims up to DEPTH times a partner's slots, so the next of its deliveries is at hand when
+# an attempt ends. Claims and logs run in turns a few milliseconds long, while a partner answering
+# on loopback takes a millisecond or two: with 16 slots, DEPTH 8 keeps 112 deliveries parked,
+# enough for a turn of about 10 ms (docs/architecture.md "Slots", benchmarks/delivery.py).
+DEPTH = 8
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
 PRUNE_EVERY = timedelta(hours=1)
@@ -115,6 +127,7 @@ class Worker:
         rng: random.Random | None = None,
         wake: asyncio.Event | None = None,
         concurrency: int = CONCURRENCY,
+        depth: int = DEPTH,
         poll_interval: float = POLL_INTERVAL,
     ) -> None:
         """``sender`` makes the attempts (``concurrency`` connections); ``keyring`` opens the
@@ -134,6 +147,7 @@ class Worker:
         # Started by then, an attempt ends (one timeout) with a second to spare inside its lease.
         self._start_within = self.lease.total_seconds() - settings.webhook_timeout - 1
         self.concurrency = concurrency
+        self.depth = depth
         self.poll_interval = poll_interval
         self.wake = wake or asyncio.Event()
         self.sender = sender
@@ -153,13 +167,13 @@ class Worker:
         )
         self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
         # One run's parts (set up by `run`).
-        self._jobs: asyncio.Queue[tuple[float, int, Job]] = asyncio.Queue()
+        self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
+        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
+        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait)
         self._records: list[AttemptRecord] = []
         self._first_record_at = 0.0
         self._expired: list[Job] = []
         self._in_flight = 0
-        self._claims = 0  # claims made; each claimed job carries its claim's number
-        self._unfinished = 0  # the last claim's jobs not yet attempted or handed back
         self._nudge = asyncio.Event()
         self._woken = False
         self._drained = False  # the last claim took all there was (see ``pacing``)
@@ -214,8 +228,10 @@ class Worker:
     async def run(self, *, until_idle: bool = False) -> int:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
         settled_before = self.settled
+        self.holder = new_claim_token()
         self._jobs = asyncio.Queue()
-        self._records, self._expired, self._in_flight, self._unfinished = [], [], 0, 0
+        self.lanes = Lanes(self._jobs.put_nowait)
+        self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
         async with asyncio.TaskGroup() as group:
             senders = [
@@ -272,11 +288,7 @@ class Worker:
                 last_claim, self._drained = loop.time(), len(jobs) < turn.claim
             elif logged:
                 self._drained = False  # their partners' slots are free: claimable again
-            if jobs:
-                self._claims, self._unfinished = self._claims + 1, len(jobs)
-            start_by = loop.time() + self._start_within
-            for job in jobs:
-                self._jobs.put_nowait((start_by, self._claims, job))
+            self.lanes.add(jobs, start_by=loop.time() + self._start_within)
 
     def _moment(self) -> pacing.Moment:
         records = self._records
@@ -285,7 +297,7 @@ class Worker:
             expired=len(self._expired),
             queued=self._jobs.qsize(),
             in_flight=self._in_flight,
-            unfinished=self._unfinished,
+            parked=self.lanes.parked,
             drained=self._drained,
             oldest=asyncio.get_running_loop().time() - self._first_record_at if records else 0.0,
             turn_seconds=self._turn_seconds,
@@ -334,12 +346,12 @@ class Worker:
         """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
         loop = asyncio.get_running_loop()
         while True:
-            start_by, claim, job = await self._jobs.get()
+            start_by, job = await self._jobs.get()
             if not self._jobs.qsize() and pacing.decide(self._moment(), self.pace).now:
                 self._nudge.set()  # the queue ran dry: claim more now
             if self._stopping or loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
-                self._finished(claim)
+                self.lanes.done(job.partner_id)
                 self._nudge.set()
                 continue
             self._in_flight += 1
@@ -352,7 +364,7 @@ class Worker:
                 continue
             finally:
                 self._in_flight -= 1
-                self._finished(claim)
+                self.lanes.done(job.partner_id)  # its slot goes to the partner's next job
             first = not self._records
             if first:
                 self._first_record_at = loop.time()
@@ -362,14 +374,11 @@ class Worker:
             if first or self._stopping or pacing.decide(self._moment(), self.pace).now:
                 self._nudge.set()
 
-    def _finished(self, claim: int) -> None:
-        if claim == self._claims:
-            self._unfinished -= 1
-
     async def _wind_down(self) -> None:
         """Hand back what waits unsent; give attempts in flight up to the grace period to finish."""
+        self._expired.extend(self.lanes.take_all())
         while not self._jobs.empty():
-            self._expired.append(self._jobs.get_nowait()[2])
+            self._expired.append(self._jobs.get_nowait()[1])
         if not self._in_flight or not self._stopping:
             return
         loop = asyncio.get_running_loop()
@@ -394,7 +403,8 @@ class Worker:
             return 0, []
         try:
             async with self._db_lock, self.engine.begin() as conn:
-                changes = await settle.record(conn, records, breaker=self.breaker)
+                effects = await settle.record(conn, records, breaker=self.breaker)
+                await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
                 jobs = await self._claim(conn, claim) if claim else []
         except Exception as error:
@@ -408,7 +418,8 @@ class Worker:
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
             raise
-        self._counted(records, changes)
+        self._counted(records, settle.changes(effects))
+        self._hold_back(records, settle.changes(effects))
         return len(records), jobs
 
     async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
@@ -419,6 +430,8 @@ class Worker:
             lease=self.lease,
             default_cap=self.settings.webhook_max_in_flight,
             keyring=self.keyring,
+            holder=self.holder,
+            depth=self.depth,
         )
 
     async def _record_apart(self, records: Sequence[AttemptRecord]) -> None:
@@ -428,7 +441,8 @@ class Worker:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
                     async with self._db_lock, self.engine.begin() as conn:
-                        changes = await settle.record(conn, [attempt], breaker=self.breaker)
+                        effects = await settle.record(conn, [attempt], breaker=self.breaker)
+                        await partners.apply(conn, effects, now=self.clock())
                 except Exception as error:
                     if not refused_rows(error):
                         raise
@@ -438,7 +452,7 @@ class Worker:
                         "an attempt was logged without the response excerpt the database refused",
                         extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
                     )
-                self._counted([attempt], changes)
+                self._counted([attempt], settle.changes(effects))
                 break
             else:
                 log.error(
@@ -456,6 +470,14 @@ class Worker:
             log.warning(
                 "attempts could not be logged before their claims expired", extra={"attempts": len(stale)}
             )
+
+    def _hold_back(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+        """Hand back the parked jobs of partners these attempts stopped: a circuit opened, a
+        partner disabled, or paused by its own 410 (attempts already out are not recalled)."""
+        stopped = {partner_id for partner_id, change in changes if change in STOPPING}
+        stopped.update(record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED)
+        for partner_id in stopped:
+            self._expired.extend(self.lanes.take_back(partner_id))
 
     def _counted(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
