@@ -22,6 +22,8 @@ FLOORS = (
         "service.webhooks.notify",
         "service.webhooks.partners",
         "service.webhooks.outbox",
+        "service.webhooks.listing",
+        "service.webhooks.presenter",
         "service.webhooks.claim",
         "service.webhooks.settle",
         "service.webhooks.recorder",

@@ -31,7 +31,7 @@ from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
-from service.webhooks import outbox, partners, requeue, retention, standing, stats
+from service.webhooks import listing, outbox, partners, presenter, requeue, retention, standing, stats
 from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
@@ -348,8 +348,9 @@ class Operations:
         return {"eventId": published.event_id, "deliveries": published.deliveries}
 
     async def list_deliveries(self, query: DeliveryFilter) -> Document:
+        """Deliveries, newest first, each with its attempts in order (``presenter.deliveries``)."""
         async with self.engine.connect() as conn:
-            found = await outbox.list_deliveries(
+            rows = await listing.deliveries(
                 conn,
                 partner_id=query.partner_id,
                 status=query.status,
@@ -357,6 +358,9 @@ class Operations:
                 limit=query.limit,
                 offset=query.offset,
             )
+            attempts = await listing.attempts(conn, [row.id for row in rows])
+            sizes = await listing.batch_sizes(conn, [row.id for row in rows if row.batch])
+            found = presenter.deliveries(rows, attempts, sizes)
             await standing.mark_held(conn, found)  # heldBy: "circuit"
         return {"deliveries": found}
 

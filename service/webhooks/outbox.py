@@ -1,8 +1,9 @@
-"""The durable outbox: published events and one delivery per partner, and what the listings read.
+"""The durable outbox: published events and one delivery per partner.
 
 ``publish`` stores an event and its deliveries in the caller's transaction, so an event is either
 fully fanned out or not stored at all. Workers take due deliveries with ``claim.claim_due`` and
-log their attempts with ``settle.record``; replays and retries are ``requeue``'s.
+log their attempts with ``settle.record``; replays and retries are ``requeue``'s. What the admin
+reads of it is ``listing``'s, shown as JSON by ``presenter``.
 
 Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering`` (claimed) ->
 ``delivered`` | ``pending`` (retry scheduled) | ``failed`` (schedule spent; an admin retry makes it
@@ -14,20 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import (
-    func,
-    select,
-)
+from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from service.clock import format_timestamp
-from service.db.tables import deliveries, delivery_attempts, events, partners
+from service.db.tables import deliveries, events, partners
 from service.events import EventPayload, dedupe_key, dump_payload
 from service.exceptions import FieldError, StateConflict
 from service.ids import new_id
@@ -131,107 +127,3 @@ async def publish_event(engine: AsyncEngine, payload: EventPayload, *, now: date
     """Store an event already parsed (``events.parse_event``) and its deliveries, in one transaction."""
     async with engine.begin() as conn:
         return await publish(conn, payload, now=now)
-
-
-# --- reading ----------------------------------------------------------------------------------
-
-
-def _time(value: datetime | None) -> str | None:
-    return format_timestamp(value) if value is not None else None
-
-
-async def list_deliveries(
-    conn: AsyncConnection,
-    *,
-    partner_id: str | None = None,
-    status: str | None = None,
-    event_id: str | None = None,
-    limit: int = 100,
-    offset: int = 0,
-) -> list[dict[str, Any]]:
-    """Deliveries, newest first, each with its attempts in order (the admin view)."""
-    stmt = (
-        select(
-            deliveries.c.id,
-            deliveries.c.event_id,
-            events.c.kind,
-            deliveries.c.partner_id,
-            deliveries.c.status,
-            deliveries.c.next_attempt_at,
-            deliveries.c.created_at,
-            deliveries.c.delivered_at,
-            deliveries.c.batch_id,
-            deliveries.c.body.is_not(None).label("batch"),
-        )
-        .join(events, events.c.id == deliveries.c.event_id)
-        .order_by(deliveries.c.created_at.desc(), deliveries.c.id.desc())
-        .limit(limit)
-        .offset(offset)
-    )
-    if partner_id is not None:
-        stmt = stmt.where(deliveries.c.partner_id == partner_id)
-    if status is not None:
-        stmt = stmt.where(deliveries.c.status == status)
-    if event_id is not None:
-        stmt = stmt.where(deliveries.c.event_id == event_id)
-    rows = (await conn.execute(stmt)).all()
-    attempts: dict[str, list[dict[str, Any]]] = {row.id: [] for row in rows}
-    if rows:
-        a = delivery_attempts
-        logged = await conn.execute(
-            select(a)
-            .where(a.c.delivery_id.in_(list(attempts)))
-            .order_by(a.c.delivery_id, a.c.attempt, a.c.id)
-        )
-        for attempt in logged.mappings():
-            attempts[attempt["delivery_id"]].append(attempt_view(dict(attempt)))
-    sizes: dict[str, int] = {}
-    batches = [row.id for row in rows if row.batch]
-    if batches:
-        counted = await conn.execute(
-            select(deliveries.c.batch_id, func.count())
-            .where(deliveries.c.batch_id.in_(batches))
-            .group_by(deliveries.c.batch_id)
-        )
-        sizes = {batch_id: int(count) for batch_id, count in counted}
-    return [
-        {
-            "id": row.id,
-            "eventId": row.event_id,
-            "event": row.kind,
-            "partnerId": row.partner_id,
-            "status": row.status,
-            "createdAt": _time(row.created_at),
-            # For a delivery waiting for its batch: when the batch forms at the latest.
-            "nextAttemptAt": _time(row.next_attempt_at)
-            if row.status in (DeliveryStatus.PENDING, DeliveryStatus.BATCHING)
-            else None,
-            "deliveredAt": _time(row.delivered_at),
-            # A batch's own delivery: how many events it carries (eventId is its oldest's); a
-            # member of one: the batch's delivery id, whose attempts are its attempts.
-            "batchSize": sizes.get(row.id) if row.batch else None,
-            "batchId": row.batch_id,
-            "attempts": attempts[row.id],
-        }
-        for row in rows
-    ]
-
-
-def attempt_view(attempt: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        "attempt": attempt["attempt"],
-        "startedAt": _time(attempt["started_at"]),
-        "durationMs": attempt["duration_ms"],
-        "statusCode": attempt["status_code"],
-        "errorClass": attempt["error_class"],
-        "responseExcerpt": attempt["response_excerpt"],
-        "outcome": attempt["outcome"],
-    }
-
-
-async def queue_depth(conn: AsyncConnection) -> dict[DeliveryStatus, int]:
-    """Deliveries per state, every state present (0 when none)."""
-    rows = await conn.execute(select(deliveries.c.status, func.count()).group_by(deliveries.c.status))
-    depth = dict.fromkeys(DeliveryStatus, 0)
-    depth.update({DeliveryStatus(status): int(count) for status, count in rows})
-    return depth
