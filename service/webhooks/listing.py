@@ -147,12 +147,3 @@ async def batch_sizes(conn: AsyncConnection, batch_ids: Sequence[str]) -> dict[s
         select(d.c.batch_id, func.count()).where(d.c.batch_id.in_(list(batch_ids))).group_by(d.c.batch_id)
     )
     return {batch_id: int(count) for batch_id, count in counted}
-
-
-async def queue_depth(conn: AsyncConnection) -> dict[DeliveryStatus, int]:
-    """Deliveries per state, every state present (0 when none)."""
-    d = tables.deliveries
-    rows = await conn.execute(select(d.c.status, func.count()).group_by(d.c.status))
-    depth = dict.fromkeys(DeliveryStatus, 0)
-    depth.update({DeliveryStatus(status): int(count) for status, count in rows})
-    return depth
