@@ -1,5 +1,5 @@
-"""What the admin reads of the outbox: the deliveries a listing shows, their attempts, the size of
-each batch among them, and how many deliveries are in each state.
+"""What the admin reads of the outbox: the deliveries a listing shows, their attempts, and the size of
+each batch among them.
 
 Every answer is plain typed rows; their JSON is ``service.webhooks.presenter``'s. A listing is
 three reads on one connection (``deliveries``, then ``attempts`` and ``batch_sizes`` of what it
