@@ -19,7 +19,7 @@ import pandas as pd
 from service.discovery import vectors
 from service.discovery.catalog import batch_delivery_entry, event_entry
 from service.events import EVENT_MODELS, EventPayload, payload_fields
-from service.webhooks.sender import USER_AGENT
+from service.webhooks.send import USER_AGENT
 
 BASE_URL = "https://launchrooms.example"  # the platform's public address in every example
 # Published with the test vectors, so it can never be a partner's secret.

@@ -255,7 +255,7 @@ async def drain_backlog(engine: object, settings: object, count: int, concurrenc
     worker = _worker(engine, settings, concurrency)
     started = time.perf_counter()
     await worker.start()
-    while worker.settled < count:
+    while worker.logged < count:
         await asyncio.sleep(0.005)
     elapsed = time.perf_counter() - started
     await worker.stop()
@@ -286,14 +286,14 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
     published: dict[str, float] = {}
     try:
         for index in range(samples):
-            before = worker.settled
+            before = worker.logged
             started = time.time()
             now = _now()
             payload = parse_event(event(index, "lat"), now=now)
             result = await outbox.publish_event(engine, payload, now=now)  # type: ignore[arg-type]
             worker.wake.set()
             published[result.event_id] = started
-            while worker.settled == before:  # settled: delivered and logged; the queue is empty again
+            while worker.logged == before:  # settled: delivered and logged; the queue is empty again
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0.005)
     finally:

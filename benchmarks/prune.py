@@ -88,14 +88,14 @@ async def one_round(
 ) -> Round:
     engine, settings = await delivery.setup(database_url, base)
     try:
-        await settled_rows(engine, args.settled, args.rooms)
+        await settled_rows(engine, args.logged, args.rooms)
         await delivery.backlog(engine, args.backlog)
         worker = delivery._worker(engine, settings, CONCURRENCY)
         await worker.start()
         try:
-            while worker.settled < args.backlog // 10:
+            while worker.logged < args.backlog // 10:
                 await asyncio.sleep(0.005)
-            before, started = worker.settled, time.perf_counter()
+            before, started = worker.logged, time.perf_counter()
             pruning_task = asyncio.create_task(worker.prune(args.duty)) if pruning else None
 
             # The window closes when the pruning ends (or, without, after as long as the last
@@ -105,11 +105,11 @@ async def one_round(
                     return not pruning_task.done()
                 return time.perf_counter() - started < window
 
-            while worker.settled < args.backlog and window_open():
+            while worker.logged < args.backlog and window_open():
                 await asyncio.sleep(0.005)
             elapsed = time.perf_counter() - started
-            settled = worker.settled - before
-            ran_out = worker.settled >= args.backlog
+            settled = worker.logged - before
+            ran_out = worker.logged >= args.backlog
             pruned, prune_seconds = 0, 0.0
             if pruning_task is not None:
                 result = await pruning_task
@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
         window = with_pruning.prune_seconds
         rounds += [with_pruning, await one_round(args, base, database_url, False, window)]
     backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
-    print(f"{args.settled} settled deliveries past the retention ({args.rooms} rooms), duty {args.duty:g}, "
+    print(f"{args.logged} settled deliveries past the retention ({args.rooms} rooms), duty {args.duty:g}, "
           f"backlog {args.backlog} pending, concurrency {CONCURRENCY}, {backend}; "
           "rounds alternate with/without pruning")  # fmt: skip
     print("round  pruning  window s  drained/s  pruned")

@@ -11,13 +11,13 @@ import pytest
 SERVICE = Path(__file__).resolve().parents[1] / "service"
 # The delivery core, lowest floor first: a module may import from its own floor or lower ones.
 FLOORS = (
-    ("service.webhooks.pacing", "service.states"),
+    ("service.webhooks.pacing", "service.webhooks.lanes", "service.states"),
     (
         "service.webhooks.retry",
         "service.webhooks.breaker",
         "service.webhooks.signing",
         "service.webhooks.ssrf",
-        "service.webhooks.sender",
+        "service.webhooks.send",
         "service.webhooks.batching",
         "service.webhooks.notify",
         "service.webhooks.partners",

@@ -72,10 +72,10 @@ def test_resume_on_an_open_circuit_delivers_the_held_backlog_at_once(database_ur
         def settled(count: int) -> Callable[[], Any]:
             async def wait() -> None:
                 for _ in range(1000):  # up to 10 s of real work; typically milliseconds
-                    if worker.settled >= count:
+                    if worker.logged >= count:
                         return
                     await asyncio.sleep(0.01)
-                raise AssertionError(f"{worker.settled} attempts settled, not {count}")
+                raise AssertionError(f"{worker.logged} attempts settled, not {count}")
 
             return wait
 

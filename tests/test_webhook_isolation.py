@@ -27,10 +27,10 @@ from service.db.tables import delivery_attempts
 from service.events import parse_event
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, sender, settle, wiring
+from service.webhooks import outbox, partners, send, settle, wiring
 from service.webhooks.claim import Job, claim_due
 from service.webhooks.partners import NewPartner
-from service.webhooks.settle import AttemptRecord
+from service.webhooks.settle import Settlement
 
 HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt timeout below
 TIMEOUT = 2.0
@@ -106,6 +106,58 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
     assert asyncio.run(scenario()) == [3, 0, 0, 3]
 
 
+def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url: str, clock: Any) -> None:
+    """A holder claims up to depth times its slots; another holder's slots are what the cap leaves
+    after the first one's claimed rows, so the two never send more than the cap at once; a probe
+    (half-open circuit) is claimed alone, without depth."""
+    from service.states import AttemptOutcome
+    from service.webhooks.breaker import BreakerPolicy
+
+    lease = timedelta(seconds=30)
+
+    async def scenario() -> list[list[int]]:
+        engine = create_engine(database_url)
+        await _setup(engine, clock, [("capped", "https://partner.example/hook", 3)], 40, fixed_keyring())
+
+        async def claim(holder: str) -> list[Job]:
+            async with engine.begin() as conn:
+                return await claim_due(
+                    conn,
+                    now=clock(),
+                    limit=100,
+                    lease=lease,
+                    default_cap=8,
+                    keyring=fixed_keyring(),
+                    holder=holder,
+                    depth=4,
+                )
+
+        seen = []
+        first = await claim("worker-a")
+        seen.append([len(first), *sorted({job.slots for job in first})])
+        seen.append([len(await claim("worker-b"))])  # the cap is taken by worker-a's claimed rows
+        async with engine.begin() as conn:  # worker-a logs ten of its twelve
+            done = [
+                Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+                for job in first[:10]
+            ]
+            await partners.apply(conn, await settle.record(conn, done, breaker=BreakerPolicy()), now=clock())
+        second = await claim("worker-b")  # worker-a still holds 2: one slot is left
+        seen.append([len(second), *sorted({job.slots for job in second})])
+        seen.append([len(await claim("worker-a"))])  # worker-b's 4 claimed rows exceed what is left
+        async with engine.begin() as conn:  # the partner's circuit is half-open: one probe
+            await conn.execute(
+                partners.partners.update().values(circuit_open_until=clock() - timedelta(seconds=1))
+            )
+        clock.advance(lease.total_seconds())  # every claim so far has run out
+        probe = await claim("worker-c")
+        seen.append([len(probe), *sorted({job.slots for job in probe})])
+        await engine.dispose()
+        return seen
+
+    assert asyncio.run(scenario()) == [[12, 3], [0], [4, 1], [0], [1, 1]]
+
+
 def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
     """A partner with a large backlog does not crowd out another: a small claim takes from both."""
 
@@ -169,7 +221,7 @@ def test_a_row_the_database_refuses_is_stored_without_it(
     from tests.conftest import _empty_tables
 
     asyncio.run(_empty_tables(postgres_database))
-    monkeypatch.setattr(sender, "readable", lambda text: text)
+    monkeypatch.setattr(send, "readable", lambda text: text)
     keyring = fixed_keyring()
     with Receiver(Reply(503, "nul\x00")) as hostile, Receiver() as healthy:
 
@@ -295,10 +347,10 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 
     lease = timedelta(seconds=30)
 
-    def delivered(job: Job) -> AttemptRecord:
-        return AttemptRecord(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+    def delivered(job: Job) -> Settlement:
+        return Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
-    async def settle_one(conn: Any, record: AttemptRecord) -> list[tuple[str, Change]]:
+    async def settle_one(conn: Any, record: Settlement) -> list[tuple[str, Change]]:
         effects = await settle.record(conn, [record], breaker=BreakerPolicy())
         await partners.apply(conn, effects, now=clock())
         return settle.changes(effects)

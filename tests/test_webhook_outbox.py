@@ -253,7 +253,7 @@ def test_a_stopping_worker_hands_back_what_it_had_not_started(make_client: Any) 
                     break
                 await asyncio.sleep(0.01)
             await worker.stop()
-            assert worker.settled == 1
+            assert worker.logged == 1
 
         client.run(scenario())
         found = deliveries(client)

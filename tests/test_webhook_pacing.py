@@ -96,6 +96,33 @@ def test_a_drain_ends_only_when_nothing_is_left(moment: Moment, done: bool) -> N
     assert idle(moment) is done
 
 
+async def _backlog(
+    engine: Any, config: Settings, clock: Any, *, name: str, url: str, cap: int | None, events: int
+) -> None:
+    """One partner (capped at ``cap``) and ``events`` events for it."""
+    async with engine.begin() as conn:
+        new = partners.NewPartner(name, url, None, cap)
+        await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+    for index in range(events):
+        await outbox.publish_event(
+            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+        )
+
+
+async def _answer_in_order(receiver: Receiver, answers: list[threading.Event], cap: int) -> bool:
+    """Answer the oldest request still out each time the cap's worth are in progress; whether every
+    request arrived."""
+
+    async def arrived(count: int) -> bool:
+        return await asyncio.to_thread(receiver.wait_for, lambda got: len(got) >= count, 10)
+
+    for count in range(cap, len(answers)):
+        if not await arrived(count):
+            return False
+        answers[count - cap].set()
+    return await arrived(len(answers))
+
+
 def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, clock: Any) -> None:
     """A backlog for a partner capped at 4 that answers one request at a time: each answer frees a
     slot the worker fills while the other three are still out, so the receiver sees 4 requests in
@@ -106,35 +133,97 @@ def test_a_capped_partner_keeps_its_cap_full_under_a_backlog(database_url: str, 
     with Receiver() as receiver:
         receiver.script("/hook", *(Reply(hold=answer) for answer in answers))
 
-        async def arrived(count: int) -> bool:
-            return await asyncio.to_thread(receiver.wait_for, lambda got: len(got) >= count, 10)
-
         async def scenario() -> tuple[bool, int]:
             engine = create_engine(database_url)
             worker = wiring.worker(engine, config, clock=clock)
             try:
-                async with engine.begin() as conn:
-                    new = partners.NewPartner("capped", receiver.url(), None, cap)
-                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
-                for index in range(events):
-                    await outbox.publish_event(
-                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
-                    )
+                await _backlog(
+                    engine, config, clock, name="capped", url=receiver.url(), cap=cap, events=events
+                )
                 await worker.start()
-                refilled = True
-                for count in range(cap, events):
-                    refilled = refilled and await arrived(count)
-                    answers[count - cap].set()  # the oldest request still out is answered
-                refilled = refilled and await arrived(events)
+                refilled = await _answer_in_order(receiver, answers, cap)
             finally:
                 for answer in answers:
                     answer.set()
                 await worker.stop()
                 await engine.dispose()
-            return refilled, worker.settled
+            return refilled, worker.logged
 
         refilled, settled = asyncio.run(scenario())
     assert refilled, f"{len(receiver.requests)} of {events} requests arrived"
     assert settled == events
     assert receiver.peak["/hook"] == cap
     assert [request.in_progress for request in receiver.requests] == [1, 2, 3] + [cap] * (events - 3)
+
+
+def test_two_workers_claiming_ahead_never_exceed_a_partners_cap_together(
+    database_url: str, clock: Any
+) -> None:
+    """Two workers, each claiming ahead of its free slots, drain one partner capped at 3 that
+    answers one request at a time: the receiver never sees more than 3 in progress, and every
+    delivery arrives exactly once."""
+    cap, events = 3, 18
+    config = Settings(database_url=database_url, **settings())
+    answers = [threading.Event() for _ in range(events)]
+    with Receiver() as receiver:
+        receiver.script("/hook", *(Reply(hold=answer) for answer in answers))
+
+        async def scenario() -> tuple[bool, int]:
+            engines = [create_engine(database_url) for _ in range(2)]
+            workers = [
+                wiring.worker(engine, config, clock=clock, depth=2, poll_interval=0.05) for engine in engines
+            ]
+            try:
+                await _backlog(
+                    engines[0], config, clock, name="capped", url=receiver.url(), cap=cap, events=events
+                )
+                for worker in workers:
+                    await worker.start()
+                progressed = await _answer_in_order(receiver, answers, cap)
+            finally:
+                for answer in answers:
+                    answer.set()
+                for worker in workers:
+                    await worker.stop()
+                for engine in engines:
+                    await engine.dispose()
+            return progressed, sum(worker.logged for worker in workers)
+
+        progressed, logged = asyncio.run(scenario())
+    assert progressed, f"{len(receiver.requests)} of {events} requests arrived"
+    assert logged == events
+    assert receiver.peak["/hook"] == cap
+    assert len({request.headers["webhook-id"] for request in receiver.requests}) == events
+
+
+def test_a_partner_failing_every_attempt_gets_no_more_than_its_cap_before_its_circuit_opens(
+    database_url: str, clock: Any
+) -> None:
+    """Claimed ahead, a failing partner's jobs still wait: a failed attempt's slot stays empty
+    until the turn logs it, the turn opens the circuit, and the parked jobs are handed back
+    unsent."""
+    from sqlalchemy import func, select
+
+    from service.db.tables import deliveries
+
+    config = Settings(database_url=database_url, **settings(webhook_breaker_failures=5))
+    with Receiver(Reply(status=500)) as receiver:
+
+        async def scenario() -> dict[str, int]:
+            engine = create_engine(database_url)
+            worker = wiring.worker(engine, config, clock=clock)
+            try:
+                await _backlog(engine, config, clock, name="failing", url=receiver.url(), cap=None, events=40)
+                async with worker:
+                    await worker.drain()
+                async with engine.connect() as conn:
+                    rows = await conn.execute(
+                        select(deliveries.c.status, func.count()).group_by(deliveries.c.status)
+                    )
+                    return {status: count for status, count in rows}
+            finally:
+                await engine.dispose()
+
+        states = asyncio.run(scenario())
+    assert len(receiver.requests) == config.webhook_max_in_flight
+    assert states == {"pending": 40}  # the failed ones wait for their retry, the rest for the circuit

@@ -10,14 +10,13 @@ import pytest
 from service.settings import DEFAULT_RETRY_SCHEDULE
 from service.webhooks.retry import (
     MAX_RETRY_AFTER,
-    Outcome,
     RetryPolicy,
     Verdict,
     parse_retry_after,
     verdict_for,
 )
 
-RETRY = Outcome(Verdict.RETRY)
+RETRY = Verdict.RETRY
 NOW = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 
 
@@ -45,7 +44,7 @@ def test_schedule_spent_means_failed() -> None:
 @pytest.mark.parametrize("verdict", [Verdict.DELIVERED, Verdict.GONE])
 def test_only_retryable_outcomes_schedule_a_retry(verdict: Verdict) -> None:
     """A delivered or gone attempt schedules nothing."""
-    assert RetryPolicy().next_delay(1, Outcome(verdict), random.Random(0)) is None
+    assert RetryPolicy().next_delay(1, verdict, random.Random(0)) is None
 
 
 @pytest.mark.parametrize(
@@ -62,7 +61,7 @@ def test_retry_after_is_honoured_within_bounds(
 ) -> None:
     """Retry-After stretches a delay up to an hour (or the scheduled delay if longer)."""
     policy = RetryPolicy(schedule=schedule)
-    delay = policy.next_delay(1, Outcome(Verdict.RETRY, retry_after), random.Random(3))
+    delay = policy.next_delay(1, Verdict.RETRY, random.Random(3), retry_after=retry_after)
     assert delay is not None and low <= delay <= high
 
 

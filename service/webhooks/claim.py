@@ -47,7 +47,7 @@ def new_claim_token() -> str:
     return str(ULID())
 
 
-# Job and AttemptRecord (and the sender's Attempt) are named tuples: immutable like a frozen
+# Job and Settlement (and the sender's Attempt) are named tuples: immutable like a frozen
 # dataclass, and made in a fraction of its time (a frozen dataclass sets each field through
 # object.__setattr__), which counts when the worker makes three of them for every attempt.
 class Job(NamedTuple):

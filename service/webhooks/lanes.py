@@ -8,6 +8,11 @@ at once to the next parked job. So a partner at its cap stays at its cap while i
 work, with no database round trip between one attempt and the next: the worker tops lanes up in
 its next turn, while the senders go on.
 
+An attempt that failed does not pass its slot on: the slot stays empty until the worker's next turn
+has logged the failure (``reopen``), so a partner failing every attempt gets no more attempts per
+turn than it has slots, and once its circuit opens the turn takes its parked jobs back
+(``take_back``).
+
 Everything here is plain bookkeeping over deques, driven by the worker's single event loop: no
 locks, no I/O.
 """
@@ -15,7 +20,7 @@ locks, no I/O.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, Protocol, TypeVar
 
@@ -35,6 +40,7 @@ J = TypeVar("J", bound=Slotted)
 class _Lane(Generic[J]):
     slots: int
     out: int = 0  # let out to the senders: waiting for one, or being attempted
+    failed: int = 0  # slots held empty by failed attempts until the next turn logs them
     parked: deque[tuple[float, J]] = field(default_factory=deque)  # (start by, job)
 
 
@@ -60,13 +66,25 @@ class Lanes(Generic[J]):
         for partner_id in dict.fromkeys(job.partner_id for job in jobs):
             self._fill(self._lanes[partner_id])
 
-    def done(self, partner_id: str) -> None:
-        """A job let out has been attempted (or handed back): its slot goes to the next one."""
+    def done(self, partner_id: str, *, ok: bool = True) -> None:
+        """A job let out has been attempted (or handed back): its slot goes to the next one, unless
+        the attempt failed (``ok`` False), which holds the slot empty until ``reopen``."""
         lane = self._lanes[partner_id]
         lane.out -= 1
+        if not ok:
+            lane.failed += 1
         self._fill(lane)
-        if not lane.out and not lane.parked:
-            del self._lanes[partner_id]
+        self._forget_if_empty(partner_id, lane)
+
+    def reopen(self, partner_ids: Iterable[str]) -> None:
+        """The partners' failed attempts are logged (and their circuits still let them send): the
+        slots they held empty are free again."""
+        for partner_id in partner_ids:
+            lane = self._lanes.get(partner_id)
+            if lane is not None and lane.failed:
+                lane.failed = 0
+                self._fill(lane)
+                self._forget_if_empty(partner_id, lane)
 
     def take_back(self, partner_id: str) -> list[J]:
         """The partner's parked jobs, removed (its circuit opened, or it was paused or disabled);
@@ -77,8 +95,7 @@ class Lanes(Generic[J]):
         taken = [job for _, job in lane.parked]
         lane.parked.clear()
         self.parked -= len(taken)
-        if not lane.out:
-            del self._lanes[partner_id]
+        self._forget_if_empty(partner_id, lane)
         return taken
 
     def take_all(self) -> Iterator[J]:
@@ -90,8 +107,12 @@ class Lanes(Generic[J]):
         lane = self._lanes.get(partner_id)
         return lane.out if lane is not None else 0
 
+    def _forget_if_empty(self, partner_id: str, lane: _Lane[J]) -> None:
+        if not lane.out and not lane.parked:
+            del self._lanes[partner_id]
+
     def _fill(self, lane: _Lane[J]) -> None:
-        while lane.parked and lane.out < lane.slots:
+        while lane.parked and lane.out + lane.failed < lane.slots:
             lane.out += 1
             self.parked -= 1
             self._let_out(lane.parked.popleft())

@@ -35,7 +35,7 @@ from service.webhooks import listing, outbox, partners, presenter, requeue, rete
 from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
-from service.webhooks.sender import TEST_EVENT, Sender, TestDelivery, send_test
+from service.webhooks.send import TEST_EVENT, Sender, TestDelivery, send_test
 from service.webhooks.ssrf import Resolve, system_resolve
 from service.webhooks.stats import OutboxStats
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from service.metrics import Metrics
 from service.states import AttemptOutcome
 from service.webhooks.breaker import Change
-from service.webhooks.settle import AttemptRecord
+from service.webhooks.settle import Settlement
 
 log = logging.getLogger("service.webhooks.worker")
 
@@ -31,7 +31,7 @@ class Recorder:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
 
-    def committed(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+    def committed(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Measure and log attempts whose rows are committed, and the circuits they moved."""
         metrics = self.metrics
         for record in records:
@@ -72,7 +72,7 @@ class Recorder:
                 extra={"partner": partner_id, "circuit": change},
             )
 
-    def _paused_themselves(self, records: Sequence[AttemptRecord]) -> None:
+    def _paused_themselves(self, records: Sequence[Settlement]) -> None:
         """A WARNING line and ``service_webhook_partner_paused_total`` for each partner whose 410
         Gone answer among these committed attempts paused it (once per partner and turn: attempts
         of one partner in flight together come back in the same turn)."""

@@ -1,9 +1,9 @@
 """The retry policy, as data: a tuple of delays and one pure function over it.
 
-``RetryPolicy.next_delay(attempt, outcome, rng)`` answers how long to wait before the next attempt
-after attempt number ``attempt`` (1 for the first try) failed, or ``None`` when the schedule is spent
-and the delivery is ``failed``. Nothing here reads a clock or the network, so the whole policy is
-tested with a seeded ``random.Random``.
+``RetryPolicy.next_delay(attempt, verdict, rng, retry_after=...)`` answers how long to wait before
+the next attempt after attempt number ``attempt`` (1 for the first try) failed, or ``None`` when the
+schedule is spent and the delivery is ``failed``. Nothing here reads a clock or the network, so the
+whole policy is tested with a seeded ``random.Random``.
 """
 
 from __future__ import annotations
@@ -28,12 +28,6 @@ class Verdict(StrEnum):
     DELIVERED = "delivered"  # 2xx
     GONE = "gone"  # 410: the partner asked us to stop; the partner is paused
     RETRY = "retry"  # anything else: another status, a timeout, a refused connection
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    verdict: Verdict
-    retry_after: float | None = None  # seconds the partner asked us to wait, when it said
 
 
 def verdict_for(status_code: int | None) -> Verdict:
@@ -75,16 +69,19 @@ class RetryPolicy:
     def max_attempts(self) -> int:
         return len(self.schedule) + 1
 
-    def next_delay(self, attempt: int, outcome: Outcome, rng: random.Random) -> float | None:
-        """Seconds until the attempt after ``attempt``, or None when the schedule is spent.
+    def next_delay(
+        self, attempt: int, verdict: Verdict, rng: random.Random, *, retry_after: float | None = None
+    ) -> float | None:
+        """Seconds until the attempt after ``attempt``, or None when the schedule is spent;
+        ``retry_after``: the seconds the partner asked us to wait, when it said.
 
-        A delivered or gone outcome schedules nothing (None): the caller settles those itself.
+        A delivered or gone verdict schedules nothing (None): the caller settles those itself.
         """
-        if outcome.verdict is not Verdict.RETRY or attempt < 1 or attempt > len(self.schedule):
+        if verdict is not Verdict.RETRY or attempt < 1 or attempt > len(self.schedule):
             return None
         scheduled = self.schedule[attempt - 1]
         delay = scheduled * rng.uniform(1 - self.jitter, 1 + self.jitter)
-        if outcome.retry_after is not None:
+        if retry_after is not None:
             ceiling = max(scheduled, self.max_retry_after)
-            delay = min(max(outcome.retry_after, delay), ceiling)
+            delay = min(max(retry_after, delay), ceiling)
         return delay

@@ -19,7 +19,7 @@ from sanic import Sanic
 
 from service.webhooks import wiring
 from service.webhooks.operations import Operations
-from service.webhooks.sender import Sender
+from service.webhooks.send import Sender
 from service.webhooks.ssrf import Resolve
 from service.webhooks.worker import Worker
 

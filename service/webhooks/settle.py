@@ -28,11 +28,11 @@ from service.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, Partner
 from service.webhooks.breaker import BreakerPolicy, Change, after_attempt
 from service.webhooks.claim import Job
 from service.webhooks.partners import PartnerEffect, Standing, lock_standing
-from service.webhooks.retry import Outcome, RetryPolicy, Verdict
-from service.webhooks.sender import Attempt
+from service.webhooks.retry import RetryPolicy, Verdict
+from service.webhooks.send import Attempt
 
 
-class AttemptRecord(NamedTuple):
+class Settlement(NamedTuple):
     """One attempt as logged, and what it did to its delivery."""
 
     job: Job
@@ -48,7 +48,7 @@ class AttemptRecord(NamedTuple):
 
 def decide(
     job: Job, attempt: Attempt, *, policy: RetryPolicy, rng: random.Random, now: datetime
-) -> AttemptRecord:
+) -> Settlement:
     """What an attempt's answer does to its delivery: delivered, retry later, failed or paused."""
     verdict = attempt.verdict
     next_at: datetime | None = None
@@ -57,12 +57,12 @@ def decide(
     elif verdict is Verdict.GONE:
         result, next_at = AttemptOutcome.PAUSED, now  # due again the moment the partner is resumed
     else:
-        delay = policy.next_delay(job.attempt, Outcome(verdict, attempt.retry_after), rng)
+        delay = policy.next_delay(job.attempt, verdict, rng, retry_after=attempt.retry_after)
         if delay is None:
             result = AttemptOutcome.FAILED
         else:
             result, next_at = AttemptOutcome.RETRY, now + timedelta(seconds=delay)
-    return AttemptRecord(
+    return Settlement(
         job=job,
         started_at=attempt.started_at,
         duration_ms=attempt.duration_ms,
@@ -83,7 +83,7 @@ _LOG_ATTEMPTS = delivery_attempts.insert()
 # a prepared statement's generic plan outlives them). A row another worker has claimed since
 # carries another token and is left alone. PostgreSQL takes the keys as one array (one statement,
 # one prepared plan); SQLite, which has no arrays, as an expanding IN list.
-def _settle_delivered_statement(postgres: bool) -> Any:
+def _mark_delivered_statement(postgres: bool) -> Any:
     if postgres:
         ids = deliveries.c.id == any_(bindparam("b_ids", type_=ARRAY(String())))
         tokens = deliveries.c.claim_token == any_(bindparam("b_tokens", type_=ARRAY(String())))
@@ -105,10 +105,8 @@ def _settle_delivered_statement(postgres: bool) -> Any:
     )
 
 
-_SETTLE_DELIVERED = {
-    name: _settle_delivered_statement(name == "postgresql") for name in ("sqlite", "postgresql")
-}
-_settle = (
+_MARK_DELIVERED = {name: _mark_delivered_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
+_MARK_OUTCOME = (
     update(deliveries)
     .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
     .values(
@@ -129,7 +127,7 @@ def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, Change]]:
 
 
 async def record(
-    conn: AsyncConnection, records: Sequence[AttemptRecord], *, breaker: BreakerPolicy
+    conn: AsyncConnection, records: Sequence[Settlement], *, breaker: BreakerPolicy
 ) -> list[PartnerEffect]:
     """Log the attempts and settle their deliveries in the caller's transaction; what they do to
     their partners, read under a lock on each partner's row (``partners.lock_standing``)."""
@@ -139,7 +137,7 @@ async def record(
     delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
-            _SETTLE_DELIVERED[conn.dialect.name],
+            _MARK_DELIVERED[conn.dialect.name],
             {
                 "b_ids": [record.job.delivery_id for record in delivered],
                 "b_tokens": list({record.job.claim_token for record in delivered}),
@@ -150,7 +148,7 @@ async def record(
     others = [record for record in records if record.outcome is not AttemptOutcome.DELIVERED]
     if others:
         await conn.execute(
-            _settle,
+            _MARK_OUTCOME,
             [
                 {
                     "b_id": record.job.delivery_id,
@@ -165,7 +163,7 @@ async def record(
         )
     settled_batches = [record for record in records if record.job.batch]
     if settled_batches:
-        await _settle_members(conn, settled_batches)
+        await _follow_batches(conn, settled_batches)
     standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
     return effects(records, standing, breaker)
 
@@ -181,7 +179,7 @@ _FOLLOW = (
 )
 
 
-async def _settle_members(conn: AsyncConnection, records: Sequence[AttemptRecord]) -> None:
+async def _follow_batches(conn: AsyncConnection, records: Sequence[Settlement]) -> None:
     """A batch delivered or failed takes its members with it (a retry keeps them ``batched``)."""
     follow = [
         {
@@ -198,7 +196,7 @@ async def _settle_members(conn: AsyncConnection, records: Sequence[AttemptRecord
         await conn.execute(_FOLLOW, follow)
 
 
-def _log_row(record: AttemptRecord) -> dict[str, Any]:
+def _log_row(record: Settlement) -> dict[str, Any]:
     return {
         "delivery_id": record.job.delivery_id,
         "event_id": record.job.event_id,
@@ -215,12 +213,12 @@ def _log_row(record: AttemptRecord) -> dict[str, Any]:
 
 
 def effects(
-    records: Sequence[AttemptRecord], standing: Mapping[str, Standing], policy: BreakerPolicy
+    records: Sequence[Settlement], standing: Mapping[str, Standing], policy: BreakerPolicy
 ) -> list[PartnerEffect]:
     """What the attempts do to their partners: each partner's attempts folded, in the order they
     finished, through its circuit breaker (a 410 is an answer, neither way, and pauses it). Only
     partners something happens to are named; a pause or a disable only of an active partner."""
-    by_partner: dict[str, list[AttemptRecord]] = {}
+    by_partner: dict[str, list[Settlement]] = {}
     for record in records:
         by_partner.setdefault(record.job.partner_id, []).append(record)
     found = []

@@ -17,9 +17,9 @@ from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
 from service.webhooks.partners import seal_plaintext
-from service.webhooks.sender import Sender
+from service.webhooks.send import Sender
 from service.webhooks.ssrf import Resolve, system_resolve
-from service.webhooks.worker import CONCURRENCY, POLL_INTERVAL, Worker
+from service.webhooks.worker import CONCURRENCY, DEPTH, POLL_INTERVAL, Worker
 
 TEST_SENDER_CONNECTIONS = 4  # test deliveries only; a worker has its own pool
 
@@ -68,6 +68,7 @@ def worker(
     resolve: Resolve = system_resolve,
     wake: asyncio.Event | None = None,
     concurrency: int = CONCURRENCY,
+    depth: int = DEPTH,
     poll_interval: float = POLL_INTERVAL,
 ) -> Worker:
     """A delivery worker with a sender of ``concurrency`` connections; ``keyring`` by default the
@@ -82,5 +83,6 @@ def worker(
         rng=rng,
         wake=wake,
         concurrency=concurrency,
+        depth=depth,
         poll_interval=poll_interval,
     )

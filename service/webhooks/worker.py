@@ -14,7 +14,7 @@ The loop is made of standard parts:
   has a free slot, and give a slot to the next job the moment an attempt ends: a partner at its cap
   stays there with no database round trip between one attempt and the next;
 - **send**: ``concurrency`` sender tasks, in one ``asyncio.TaskGroup``, each attempting one
-  delivery at a time (``service.webhooks.sender``) and handing the attempt's record back;
+  delivery at a time (``service.webhooks.send``) and handing the attempt's record back;
 - **settle**: the bookkeeper logs every attempt finished since its last turn, settles their
   deliveries and moves their partners' circuits (``service.webhooks.settle``), in the same
   transaction as its next claim, which then tops the lanes up. Under load one commit carries
@@ -66,8 +66,8 @@ from service.webhooks.lanes import Lanes
 from service.webhooks.notify import Listener
 from service.webhooks.recorder import Recorder
 from service.webhooks.retry import RetryPolicy
-from service.webhooks.sender import Sender
-from service.webhooks.settle import AttemptRecord
+from service.webhooks.send import Sender
+from service.webhooks.settle import Settlement
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +152,7 @@ class Worker:
         self.wake = wake or asyncio.Event()
         self.sender = sender
         self.listener = Listener(engine, self.wake)
-        self.settled = 0  # attempts logged by this worker, for benchmarks and drills
+        self.logged = 0  # attempts logged by this worker, for benchmarks and drills
         self.retention = timedelta(days=settings.retention_days)
         self.next_prune: datetime | None = None  # by the clock; set when run() starts
         self.pruned = asyncio.Event()  # set after each pruning, done or failed (for tests)
@@ -170,7 +170,7 @@ class Worker:
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
         self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
         self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait)
-        self._records: list[AttemptRecord] = []
+        self._records: list[Settlement] = []
         self._first_record_at = 0.0
         self._expired: list[Job] = []
         self._in_flight = 0
@@ -227,7 +227,7 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False) -> int:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
-        settled_before = self.settled
+        logged_before = self.logged
         self.holder = new_claim_token()
         self._jobs = asyncio.Queue()
         self.lanes = Lanes(self._jobs.put_nowait)
@@ -248,7 +248,7 @@ class Worker:
                 for task in (*senders, *helpers):
                     task.cancel()
         await self._final_turn()
-        return self.settled - settled_before
+        return self.logged - logged_before
 
     async def _bookkeep(self, until_idle: bool) -> None:
         """The loop's one database user: log what finished, hand back what expired, claim for room,
@@ -355,6 +355,7 @@ class Worker:
                 self._nudge.set()
                 continue
             self._in_flight += 1
+            record = None
             try:
                 record = await self.attempt(job)
             except Exception:
@@ -364,7 +365,9 @@ class Worker:
                 continue
             finally:
                 self._in_flight -= 1
-                self.lanes.done(job.partner_id)  # its slot goes to the partner's next job
+                # Its slot goes to the partner's next job, or after a failure waits for the turn.
+                delivered = record is not None and record.outcome is AttemptOutcome.DELIVERED
+                self.lanes.done(job.partner_id, ok=delivered)
             first = not self._records
             if first:
                 self._first_record_at = loop.time()
@@ -434,7 +437,7 @@ class Worker:
             depth=self.depth,
         )
 
-    async def _record_apart(self, records: Sequence[AttemptRecord]) -> None:
+    async def _record_apart(self, records: Sequence[Settlement]) -> None:
         """Log each record in a transaction of its own; one the database refuses is tried once
         more without its response excerpt, then dropped with an error line."""
         for record in records:
@@ -453,6 +456,7 @@ class Worker:
                         extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
                     )
                 self._counted([attempt], settle.changes(effects))
+                self._hold_back([attempt], settle.changes(effects))
                 break
             else:
                 log.error(
@@ -471,22 +475,24 @@ class Worker:
                 "attempts could not be logged before their claims expired", extra={"attempts": len(stale)}
             )
 
-    def _hold_back(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+    def _hold_back(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Hand back the parked jobs of partners these attempts stopped: a circuit opened, a
-        partner disabled, or paused by its own 410 (attempts already out are not recalled)."""
+        partner disabled, or paused by its own 410 (attempts already out are not recalled); the
+        others' slots held empty by failures are free again."""
         stopped = {partner_id for partner_id, change in changes if change in STOPPING}
         stopped.update(record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED)
         for partner_id in stopped:
             self._expired.extend(self.lanes.take_back(partner_id))
+        self.lanes.reopen({record.job.partner_id for record in records} - stopped)
 
-    def _counted(self, records: Sequence[AttemptRecord], changes: Sequence[tuple[str, Change]]) -> None:
+    def _counted(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
-        self.settled += len(records)
+        self.logged += len(records)
         self.recorder.committed(records, changes)
 
     # --- one attempt --------------------------------------------------------------------------
 
-    async def attempt(self, job: Job) -> AttemptRecord:
+    async def attempt(self, job: Job) -> Settlement:
         """Send one claimed delivery and decide what becomes of it (nothing is stored here)."""
         attempt = await self.sender.send(
             url=job.url,

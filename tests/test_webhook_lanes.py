@@ -1,0 +1,115 @@
+"""A worker's lanes (``webhooks/lanes.py``): claimed jobs let out to the senders slot by slot."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import pytest
+
+from service.webhooks.lanes import Lanes
+
+
+class Job(NamedTuple):
+    name: str
+    partner_id: str = "a"
+    slots: int = 2
+
+
+def lanes() -> tuple[Lanes[Job], list[str]]:
+    out: list[str] = []
+    return Lanes(lambda started: out.append(started[1].name)), out
+
+
+def test_a_claim_lets_out_what_its_slots_allow_and_parks_the_rest() -> None:
+    lane, out = lanes()
+    lane.add([Job("a1"), Job("a2"), Job("a3"), Job("b1", "b", 1), Job("b2", "b", 1)], start_by=9.0)
+    assert out == ["a1", "a2", "b1"]
+    assert lane.parked == 2
+    assert (lane.out("a"), lane.out("b"), lane.out("nobody")) == (2, 1, 0)
+
+
+def test_a_finished_attempt_passes_its_slot_to_the_partners_next_job_at_once() -> None:
+    lane, out = lanes()
+    lane.add([Job(f"a{n}") for n in range(1, 6)], start_by=9.0)
+    lane.done("a")
+    assert out == ["a1", "a2", "a3"]
+    lane.done("a")
+    lane.done("a")
+    assert out == ["a1", "a2", "a3", "a4", "a5"]
+    assert lane.parked == 0
+
+
+def test_the_start_by_moment_travels_with_each_job() -> None:
+    started: list[tuple[float, Job]] = []
+    lane: Lanes[Job] = Lanes(started.append)
+    lane.add([Job("a1"), Job("a2"), Job("a3")], start_by=1.0)
+    lane.add([Job("a4")], start_by=2.0)
+    for _ in range(2):
+        lane.done("a")
+    assert [(start_by, job.name) for start_by, job in started] == [
+        (1.0, "a1"),
+        (1.0, "a2"),
+        (1.0, "a3"),
+        (2.0, "a4"),
+    ]
+
+
+def test_a_later_claim_sets_the_partners_slots() -> None:
+    """Slots shrink when another worker took some, and grow when it let them go."""
+    lane, out = lanes()
+    lane.add([Job("a1", slots=3), Job("a2", slots=3), Job("a3", slots=3), Job("a4", slots=3)], start_by=9.0)
+    lane.add([Job("a5", slots=1)], start_by=9.0)
+    for _ in range(3):
+        lane.done("a")
+    assert out == ["a1", "a2", "a3", "a4"]  # only once a single job is out does the next go
+    lane.done("a")
+    assert out == ["a1", "a2", "a3", "a4", "a5"]
+    lane.add([Job("a6", slots=4), Job("a7", slots=4), Job("a8", slots=4)], start_by=9.0)
+    assert out[-3:] == ["a6", "a7", "a8"]
+
+
+def test_a_failed_attempt_holds_its_slot_until_the_turn_reopens_it() -> None:
+    lane, out = lanes()
+    lane.add([Job(f"a{n}") for n in range(1, 6)], start_by=9.0)
+    lane.done("a", ok=False)
+    lane.done("a", ok=False)
+    assert out == ["a1", "a2"]  # a partner failing everything gets its slots' worth per turn
+    lane.reopen(["a", "unknown"])
+    assert out == ["a1", "a2", "a3", "a4"]
+    lane.done("a", ok=True)
+    assert out == ["a1", "a2", "a3", "a4", "a5"]
+
+
+def test_taking_back_a_stopped_partners_jobs_leaves_the_others() -> None:
+    lane, out = lanes()
+    lane.add(
+        [Job("a1"), Job("a2"), Job("a3"), Job("a4"), Job("b1", "b"), Job("b2", "b"), Job("b3", "b")],
+        start_by=9.0,
+    )
+    assert [job.name for job in lane.take_back("a")] == ["a3", "a4"]
+    assert lane.take_back("a") == []
+    lane.done("a")
+    lane.done("a")
+    assert out == ["a1", "a2", "b1", "b2"]
+    assert lane.parked == 1
+    assert [job.name for job in lane.take_all()] == ["b3"]
+    assert lane.parked == 0
+
+
+@pytest.mark.parametrize("slots", [1, 3, 8])
+def test_no_more_than_its_slots_are_out_at_once_whatever_the_order(slots: int) -> None:
+    """Jobs let out are attempted and finish in any order: out never exceeds slots, and every job
+    goes out exactly once."""
+    out: list[Job] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1]))
+    lane.add([Job(f"a{n}", slots=slots) for n in range(40)], start_by=9.0)
+    finished = 0
+    while finished < len(out):
+        assert lane.out("a") == len(out) - finished <= slots
+        lane.done("a", ok=finished % 5 != 4)
+        finished += 1
+        if finished % 3 == 0:
+            lane.reopen(["a"])
+        if lane.out("a") == 0 and lane.parked:
+            lane.reopen(["a"])
+    assert sorted(job.name for job in out) == sorted(f"a{n}" for n in range(40))
