@@ -14,10 +14,11 @@ claimed partners' secrets once per claim.
 **Slots and depth.** Each claim is made by a holder (a worker run, ``claimed_by``) and gives every
 job its partner's *slots*: the partner's cap less the live claims other holders have on it. The
 holder sends at most that many of the partner's deliveries at once (``service.webhooks.lanes``),
-and may claim up to ``depth`` times its slots, so a partner answering quickly finds its next
-delivery already in hand. The cap still holds across workers: another holder's slots are what the
-cap leaves after this holder's claimed rows, which are never fewer than its attempts in flight
-(docs/architecture.md, "Slots"). A circuit that is not closed gets no depth: its probe goes alone.
+and may claim up to ``depth`` times its slots (at most ``MAX_AHEAD`` beyond them), so a partner
+answering quickly finds its next delivery already in hand. The cap still holds across workers:
+another holder's slots are what the cap leaves after this holder's claimed rows, which are never
+fewer than its attempts in flight (docs/architecture.md, "Slots"). A circuit that is not closed
+gets no depth: its probe goes alone.
 """
 
 from __future__ import annotations
@@ -91,6 +92,9 @@ _CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
 
 
 _HOLDER = bindparam("b_holder", type_=String())
+# A holder claims at most this many of one partner's deliveries beyond its slots, whatever the
+# depth: a partner with a large cap keeps a turn's worth at hand, not thousands of leases.
+MAX_AHEAD = 512
 # A partner's cap: its own max_in_flight or the default (b_cap) while its circuit is closed, one
 # (the probe) once an open circuit's cool-down has passed, none while it is open.
 _CAP = case(
@@ -157,10 +161,12 @@ def _claim_statement(postgres: bool) -> Any:
     """
     claimed = _live_claims()
     slots = _slots(claimed)
-    # Rows this claim may add: a closed circuit's slots times the depth, a probe's one slot, less
-    # what the holder already has.
-    depth = case((partners.c.circuit_open_until.is_(None), bindparam("b_depth", type_=Integer())), else_=1)
-    headroom = slots * depth - func.coalesce(claimed.c.mine, 0)
+    # Rows this claim may add: a closed circuit's slots times the depth (never more than MAX_AHEAD
+    # beyond the slots), a probe's one slot; less what the holder already has.
+    ahead = slots * (bindparam("b_depth", type_=Integer()) - 1)
+    ahead = case((ahead > MAX_AHEAD, MAX_AHEAD), else_=ahead)
+    held = slots + case((partners.c.circuit_open_until.is_(None), ahead), else_=0)
+    headroom = held - func.coalesce(claimed.c.mine, 0)
     eligible = (
         select(partners.c.id, headroom.label("headroom"))
         .outerjoin(claimed, claimed.c.partner_id == partners.c.id)
