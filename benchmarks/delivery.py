@@ -250,9 +250,11 @@ async def backlog(engine: object, count: int, prefix: str = "svc", chunk: int = 
                 await outbox.publish(conn, parse_event(event(index, prefix), now=now), now=now)
 
 
-async def drain_backlog(engine: object, settings: object, count: int, concurrency: int | None) -> float:
+async def drain_backlog(
+    engine: object, settings: object, count: int, concurrency: int | None, depth: int | None = None
+) -> float:
     """Seconds for the worker's continuous loop to settle ``count`` deliveries."""
-    worker = _worker(engine, settings, concurrency)
+    worker = _worker(engine, settings, concurrency, depth)
     started = time.perf_counter()
     await worker.start()
     while worker.logged < count:
@@ -262,16 +264,20 @@ async def drain_backlog(engine: object, settings: object, count: int, concurrenc
     return elapsed
 
 
-def _worker(engine: object, settings: object, concurrency: int | None = None) -> Worker:
-    """The worker ``serve`` runs (its own concurrency unless one is given), on the bench's clock."""
+def _worker(
+    engine: object, settings: object, concurrency: int | None = None, depth: int | None = None
+) -> Worker:
+    """The worker ``serve`` runs (its own concurrency and depth unless given), on the bench's clock."""
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from service.settings import Settings
     from service.webhooks import wiring
-    from service.webhooks.worker import CONCURRENCY
+    from service.webhooks.worker import CONCURRENCY, DEPTH
 
     assert isinstance(engine, AsyncEngine) and isinstance(settings, Settings)
-    return wiring.worker(engine, settings, clock=_now, concurrency=concurrency or CONCURRENCY)
+    return wiring.worker(
+        engine, settings, clock=_now, concurrency=concurrency or CONCURRENCY, depth=depth or DEPTH
+    )
 
 
 # --- 3. publish-to-receipt latency with an empty queue -----------------------------------------
@@ -373,7 +379,12 @@ LIKE_FOR_LIKE = (Case(1, 16), Case(1, 64), Case(10, None))
 
 
 async def capped_rate(
-    database_url: str, base: str, session: aiohttp.ClientSession, case: Case, events: int
+    database_url: str,
+    base: str,
+    session: aiohttp.ClientSession,
+    case: Case,
+    events: int,
+    depth: int | None = None,
 ) -> float:
     """Deliveries per second for the worker (its own default concurrency) draining a backlog of
     ``events`` deliveries spread over ``case.partners`` partners held to their caps."""
@@ -393,7 +404,7 @@ async def capped_rate(
                 await partners.create_partner(conn, new, now=_now(), keyring=parse_keys(BENCH_SECRETS_KEY))
         await backlog(engine, events // case.partners, prefix=f"cap{case.partners}x{case.cap}")
         await session.post(f"{base}/reset")
-        seconds = await drain_backlog(engine, settings, events, None)
+        seconds = await drain_backlog(engine, settings, events, None, depth)
         posted = await _aget(session, f"{base}/posts")
     finally:
         await engine.dispose()  # type: ignore[attr-defined]
@@ -420,7 +431,7 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
             for _ in range(args.rounds):
                 await session.post(f"{base}/reset")
                 plain_rate = events / await plain(base, bodies, case.concurrency)
-                service_rate = await capped_rate(database_url, base, session, case, events)
+                service_rate = await capped_rate(database_url, base, session, case, events, args.depth)
                 rounds.append((plain_rate, service_rate))
             best_plain = max(plain for plain, _ in rounds)
             best_service = max(service for _, service in rounds)
@@ -642,6 +653,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
+    )
+    parser.add_argument(
+        "--depth", type=int, default=None, help="the worker's claim depth (default: the worker's own)"
     )
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -14,7 +14,7 @@ The loop is made of standard parts:
   has a free slot, and give a slot to the next job the moment an attempt ends: a partner at its cap
   stays there with no database round trip between one attempt and the next;
 - **send**: ``concurrency`` sender tasks, in one ``asyncio.TaskGroup``, each attempting one
-  delivery at a time (``service.webhooks.send``) and handing the attempt's record back;
+  delivery at a time (``service.webhooks.send``) and handing its ``Settlement`` back;
 - **settle**: the bookkeeper logs every attempt finished since its last turn, settles their
   deliveries and moves their partners' circuits (``service.webhooks.settle``), in the same
   transaction as its next claim, which then tops the lanes up. Under load one commit carries
@@ -28,7 +28,7 @@ parked jobs handed back, and holds one slot at most.
 The bookkeeper wakes when this process makes deliveries due (``wake``, set by the operations),
 when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), when finished
 attempts or free room add up to a batch (or the worker falls idle), and every ``poll_interval``
-seconds for due retries. An attempt counts (``settled``, metrics, logs) once its row is committed.
+seconds for due retries. An attempt counts (``logged``, metrics, logs) once its row is committed.
 
 Beside the loop, ``run()`` prunes what is past the retention (``service.webhooks.retention``): a
 minute after it starts, then hourly by the injected clock, in batches under the bookkeeper's own
@@ -421,8 +421,9 @@ class Worker:
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
             raise
-        self._counted(records, settle.changes(effects))
-        self._hold_back(records, settle.changes(effects))
+        changes = settle.changes(effects)
+        self._counted(records, changes)
+        self._hold_back(records, changes)
         return len(records), jobs
 
     async def _claim(self, conn: AsyncConnection, limit: int) -> list[Job]:
@@ -455,8 +456,9 @@ class Worker:
                         "an attempt was logged without the response excerpt the database refused",
                         extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
                     )
-                self._counted([attempt], settle.changes(effects))
-                self._hold_back([attempt], settle.changes(effects))
+                changes = settle.changes(effects)
+                self._counted([attempt], changes)
+                self._hold_back([attempt], changes)
                 break
             else:
                 log.error(
