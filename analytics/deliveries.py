@@ -427,4 +427,6 @@ def action_report(actions: pd.DataFrame, min_success_rate: float = MIN_SUCCESS_R
     row, one sentence saying there is nothing to act on (an empty table reads as a mistake)."""
     if actions.empty:
         return NOTHING_TO_ACT_ON.format(threshold=min_success_rate)
-    return "\n".join(f"# {item.partner_name}: {item.issue}\n{item.command}" for item in actions.itertuples())
+    return "\n".join(
+        f"# {item.partner_name}: {item.issue}\n{item.command}" for item in actions.itertuples()
+    )

@@ -224,7 +224,9 @@ def _wrk(
         else:
             for name, value in headers.items():
                 args[1:1] = ["-H", f"{name}: {value}"]
-        completed = subprocess.run(args, capture_output=True, text=True, check=True, timeout=duration + 30)
+        completed = subprocess.run(
+            args, capture_output=True, text=True, check=True, timeout=duration + 30
+        )
     output = completed.stdout
     count, span, unit = _WRK_REQUESTS.search(output).groups()  # type: ignore[union-attr]
     seconds = float(span) * {"ms": 0.001, "s": 1.0, "m": 60.0}[unit]

@@ -50,8 +50,8 @@ def unique_bodies(token: str) -> load.Bodies:
     """A new address for every request: run token, thread (or connection) number and counter."""
     return load.Bodies(
         lua=(
-            f'return string.format(\'{{"email":"b{token}-%d-%d@bench.example",'
-            f'"intent":"member"}}\', thread, n)'
+            f"return string.format('{{\"email\":\"b{token}-%d-%d@bench.example\","
+            f"\"intent\":\"member\"}}', thread, n)"
         ),
         python=lambda thread, n: (
             f'{{"email":"b{token}-{thread}-{n}@bench.example","intent":"member"}}'.encode()
@@ -64,8 +64,8 @@ def repeated_bodies(token: str) -> load.Bodies:
     return load.Bodies(
         lua=(
             "local k = n % " + str(REPEATED_ADDRESSES) + "\n"
-            'return string.format(\'{"email":"repeat-%d@bench.example","intent":"claim",'
-            '"project":"Bench %d"}\', k, k)'
+            "return string.format('{\"email\":\"repeat-%d@bench.example\",\"intent\":\"claim\","
+            "\"project\":\"Bench %d\"}', k, k)"
         ),
         python=lambda thread, n: (
             f'{{"email":"repeat-{n % REPEATED_ADDRESSES}@bench.example","intent":"claim",'

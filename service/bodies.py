@@ -43,7 +43,9 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document:
-            raise BadRequest(errors=[FieldError(key, "repeated", "This member appears more than once.")])
+            raise BadRequest(
+                errors=[FieldError(key, "repeated", "This member appears more than once.")]
+            )
         document[key] = value
     return document
 
@@ -77,7 +79,9 @@ def parse_form(raw: bytes) -> dict[str, str]:
     form: dict[str, str] = {}
     for key, value in pairs:
         if key in form:
-            raise BadRequest(errors=[FieldError(key, "repeated", "This field appears more than once.")])
+            raise BadRequest(
+                errors=[FieldError(key, "repeated", "This field appears more than once.")]
+            )
         form[key] = value
     return form
 

@@ -228,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
         waitlist_commands,
         "erase",
         "erase every registration of an address",
-        details="Every intent, matched as the waitlist matches addresses: trimmed, whatever the case. "
+        details='Every intent, matched as the waitlist matches addresses: trimmed, whatever the case. '
         'Prints {"erased": n}; an address the waitlist does not hold erases 0.',
         settings=DATABASE,
     )

@@ -445,6 +445,8 @@ EVENT_MODELS: dict[str, type[EventPayload]] = {
 }
 
 
+
+
 class WebhookTest(EventPayload):
     """The admin's test delivery. Not one of the catalog's event kinds: nobody subscribes to it, it
     is never published, and ``parse_event`` refuses it. The catalog documents it as ``testEvent``."""

@@ -171,14 +171,18 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
                     log.warning("rate-limit store full: new clients share one counter until room is made")
                 self.overflowed += 1
                 previous_key, current_key = self.window_keys(_overflow_key(key, limit, expiry), expiry, now)
-        previous_count, previous_ttl, current_count, _ = self._window(previous_key, current_key, expiry, now)
+        previous_count, previous_ttl, current_count, _ = self._window(
+            previous_key, current_key, expiry, now
+        )
         if math.floor(previous_count * previous_ttl / expiry + current_count) + amount > limit:
             return False
         # Twice the window, as limits does: the counter is still the previous window's next time.
         self._add(current_key, 2 * expiry, amount, now)
         return True
 
-    async def acquire_sliding_window_entry(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+    async def acquire_sliding_window_entry(
+        self, key: str, limit: int, expiry: int, amount: int = 1
+    ) -> bool:
         return self.acquire(key, limit, expiry, amount)
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
@@ -296,8 +300,12 @@ class BatchedHits:
         self._storage: Any = storage
         self._bridge, text = _limits_internals(storage)
         # redis-py's Script loads the script again when Redis answers NOSCRIPT (after a restart).
-        self._script: Any = self._bridge.get_connection().register_script(_BATCH_SCRIPT.format(script=text))
-        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(self._send, name="rate-limit hits")
+        self._script: Any = self._bridge.get_connection().register_script(
+            _BATCH_SCRIPT.format(script=text)
+        )
+        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(
+            self._send, name="rate-limit hits"
+        )
 
     def start(self) -> None:
         self._batch.start()

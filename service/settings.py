@@ -210,7 +210,9 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}") from None
+            raise ValueError(
+                f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}"
+            ) from None
         return value
 
     @field_validator("waitlist_global_rate_limit")
@@ -221,7 +223,9 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}") from None
+            raise ValueError(
+                f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}"
+            ) from None
         return value
 
     @field_validator("secrets_key")

@@ -74,7 +74,9 @@ class WaitlistRequest(BaseModel):
         ),
         max_length=254,  # RFC 5321's path limit, which email-validator enforces
     )
-    intent: Intent = Field(description="claim a room, follow rooms (member), or add arcade.")
+    intent: Intent = Field(
+        description="claim a room, follow rooms (member), or add arcade."
+    )
     # Optional but never null: a default of None that the type itself does not admit, so an explicit
     # `null` is a type error (docs/architecture.md "Waitlist intake": nulls are 400) while an absent
     # member stays None.

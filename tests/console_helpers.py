@@ -118,9 +118,7 @@ class ConsoleServer:
         """One registration through the public waitlist API."""
         body = json.dumps({"email": email, "intent": intent, **members}).encode()
         request = urllib.request.Request(  # noqa: S310 - our own loopback server
-            self.base_url + "/api/waitlist",
-            data=body,
-            method="POST",
+            self.base_url + "/api/waitlist", data=body, method="POST",
             headers={"content-type": "application/json"},
         )
         with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310

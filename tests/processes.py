@@ -21,9 +21,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(
-    port: int, env: dict[str, str], *args: str, log: Path | None = None
-) -> subprocess.Popen[bytes]:
+def start_server(port: int, env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:
     """`python -m service serve` on loopback; returns once /healthz answers (or raises)."""
     full_env = {**os.environ, **env}
     out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115 - the child owns it

@@ -32,10 +32,7 @@ PROBES = [
 
 def _send(client, method, path, headers=None):
     return client.request(
-        method,
-        path,
-        content=b'{"name": "x"}',
-        headers={"content-type": "application/json", **(headers or {})},
+        method, path, content=b'{"name": "x"}', headers={"content-type": "application/json", **(headers or {})}
     )
 
 

@@ -44,9 +44,7 @@ EVENT_ID_MESSAGE = "Must be 1 to 64 characters, each a letter, a digit or one of
     ["e" * 65, "evt with spaces", "evt/slash", "évt", "evt_\u200b"],
     ids=["65-characters", "spaces", "slash", "non-ascii", "zero-width"],
 )
-def test_an_event_id_beyond_the_documented_pattern_is_400(
-    make_client: Any, database_url: str, event_id: str
-) -> None:
+def test_an_event_id_beyond_the_documented_pattern_is_400(make_client: Any, database_url: str, event_id: str) -> None:
     """An eventId longer than 64 characters or outside the pattern is 400 on every database."""
     with make_client(database_url=database_url, **settings()) as client:
         answer = client.post("/admin/events", json=room_claimed(eventId=event_id), headers=AUTH)

@@ -55,9 +55,7 @@ def test_every_alert_is_seen_firing_by_a_unit_test() -> None:
 
 def test_partner_alerts_name_the_partner_and_the_action() -> None:
     """Every alert about a partner joins its name into the summary, beside a command to run."""
-    partner_alerts = {
-        name: rule for name, rule in alerts().items() if "service_webhook_partner" in rule["expr"]
-    }
+    partner_alerts = {name: rule for name, rule in alerts().items() if "service_webhook_partner" in rule["expr"]}
     assert len(partner_alerts) == 5
     for name, rule in partner_alerts.items():
         assert "group_left (name)" in rule["expr"], name
@@ -71,9 +69,7 @@ def test_the_example_configuration_loads_the_rules(tmp_path: Path) -> None:
     token = tmp_path / "service-admin-token"
     token.write_text("x" * 32)
     assert "/etc/prometheus/service-admin-token" in config
-    (tmp_path / "prometheus.yml").write_text(
-        config.replace("/etc/prometheus/service-admin-token", str(token))
-    )
+    (tmp_path / "prometheus.yml").write_text(config.replace("/etc/prometheus/service-admin-token", str(token)))
     (tmp_path / RULES.name).write_text(RULES.read_text())
     path = require_tool("promtool", "the example configuration is checked with it")
     checked = subprocess.run(

@@ -75,12 +75,7 @@ BANDS = pd.DataFrame(
     {"partner_name": ["Acme", "Beta"], "attempts": [10, 4], "0-49 ms": [0.8, 1.0], "50-99 ms": [0.2, 0.0]}
 )
 DELIVERY_TIMES = pd.DataFrame(
-    {
-        "partner_name": ["Acme", "Beta"],
-        "deliveries": [4, 2],
-        "under 1 s": [0.75, 0.5],
-        "1 s-1 min": [0.25, 0.5],
-    }
+    {"partner_name": ["Acme", "Beta"], "deliveries": [4, 2], "under 1 s": [0.75, 0.5], "1 s-1 min": [0.25, 0.5]}
 )
 REASONS = pd.DataFrame(
     {
@@ -152,10 +147,7 @@ def test_success_rate_chart_draws_the_threshold() -> None:
     legend = ax.get_legend()
     assert legend is not None and ticks(legend.get_texts()) == ["threshold 95%"]
     below, above = (matplotlib.colors.to_hex(bar.get_facecolor()) for bar in bars(ax))
-    assert (below, above) == (
-        matplotlib.colors.to_hex(charts.BELOW_COLOR),
-        matplotlib.colors.to_hex(charts.BAR_COLOR),
-    )
+    assert (below, above) == (matplotlib.colors.to_hex(charts.BELOW_COLOR), matplotlib.colors.to_hex(charts.BAR_COLOR))
 
 
 def test_success_rate_chart_overall() -> None:
@@ -173,9 +165,7 @@ def test_success_rate_chart_overall() -> None:
         (charts.time_to_delivery_chart, DELIVERY_TIMES, ["under 1 s", "1 s-1 min"]),
     ],
 )
-def test_share_charts_stack_each_groups_bands(
-    draw: Callable[[pd.DataFrame], Figure], frame: pd.DataFrame, legend: list[str]
-) -> None:
+def test_share_charts_stack_each_groups_bands(draw: Callable[[pd.DataFrame], Figure], frame: pd.DataFrame, legend: list[str]) -> None:
     """One bar per group, split into its bands left to right, each part as wide as its share."""
     ax = only_axes(draw(frame))
     shares = frame[legend]

@@ -72,22 +72,12 @@ def attempt_frame() -> pd.DataFrame:
                 "success_rate": [0.25, 0.5, 0.25],
             },
         ),
-        (
-            "partner_name",
-            {
-                "partner_name": ["Acme", "Beta"],
-                "attempts": [6, 4],
-                "succeeded": [2, 1],
-                "success_rate": [0.3333, 0.25],
-            },
-        ),
+        ("partner_name", {"partner_name": ["Acme", "Beta"], "attempts": [6, 4], "succeeded": [2, 1], "success_rate": [0.3333, 0.25]}),
         (None, {"attempts": [10], "succeeded": [3], "success_rate": [0.3]}),
         ((), {"attempts": [10], "succeeded": [3], "success_rate": [0.3]}),
     ],
 )
-def test_success_rate_is_the_share_of_attempts_answered_2xx(
-    by: By, expected: dict[str, list[object]]
-) -> None:
+def test_success_rate_is_the_share_of_attempts_answered_2xx(by: By, expected: dict[str, list[object]]) -> None:
     """Every attempt counts, retries included: a delivery that took four tries is one success in four."""
     assert_frame_equal(deliveries.success_rate(attempt_frame(), by=by), pd.DataFrame(expected))
 

@@ -86,9 +86,7 @@ def test_the_signed_batch_is_the_batch_vector_and_verifies() -> None:
     from service.discovery.catalog import batch_body_schema
 
     request = event_docs.signed_batch()
-    case = {case["id"]: case for case in vectors.vectors_document("https://x.example")["cases"]}[
-        "batch/room.trending"
-    ]
+    case = {case["id"]: case for case in vectors.vectors_document("https://x.example")["cases"]}["batch/room.trending"]
     assert request.body.decode() == case["body"]
     assert {name: request.headers[name] for name in case["headers"]} == case["headers"]
     sent_at = int(request.headers[signing.TIMESTAMP_HEADER])

@@ -184,7 +184,9 @@ def test_weeks_are_labelled_by_the_monday_they_start() -> None:
     assert_frame_equal(result, expected, check_freq=False)
 
 
-@pytest.mark.parametrize(("span_days", "step"), [(0, "D"), (1, "D"), (62, "D"), (63, "W"), (400, "W")])
+@pytest.mark.parametrize(
+    ("span_days", "step"), [(0, "D"), (1, "D"), (62, "D"), (63, "W"), (400, "W")]
+)
 def test_the_time_step_fits_the_span(span_days: int, step: str) -> None:
     """Days for up to two months of data, weeks beyond: a day of data is one row of a day."""
     created = pd.Series(utc("2024-03-01T09:00")).repeat(2).reset_index(drop=True)

@@ -27,9 +27,7 @@ SUBJECT_KEYS = ("partner", "delivery", "event", "registration")
 def audit_lines(caplog: pytest.LogCaptureFixture) -> list[dict[str, Any]]:
     """The audit records so far, each as the JSON object the log line holds."""
     formatter = JSONFormatter()
-    return [
-        json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"
-    ]
+    return [json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"]
 
 
 def trail(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -43,9 +41,7 @@ def audit_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-def test_admin_routes_write_one_line_per_operation(
-    make_client: Any, audit_log: pytest.LogCaptureFixture
-) -> None:
+def test_admin_routes_write_one_line_per_operation(make_client: Any, audit_log: pytest.LogCaptureFixture) -> None:
     """Onboard, rotate-secret, publish, retry and erase over HTTP: one line each, with the client
     address, the operation, what it acted on and its outcome; never a secret, never a whole address."""
     with Receiver() as receiver, make_client(**settings()) as client:
@@ -72,10 +68,7 @@ def test_admin_routes_write_one_line_per_operation(
 
 
 def test_commands_write_one_line_as_the_os_user(
-    sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    tmp_path: Path,
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
     audit_log: pytest.LogCaptureFixture,
 ) -> None:
     """The same operations run as commands act for `cli:` and the user running them."""
@@ -95,12 +88,7 @@ def test_commands_write_one_line_as_the_os_user(
         assert main(["waitlist", "erase", "--email", "bob"]) == 1
     actor = f"cli:{getpass.getuser()}"
     assert [
-        (
-            line["actor"],
-            line["operation"],
-            {key: line[key] for key in SUBJECT_KEYS if key in line},
-            line["outcome"],
-        )
+        (line["actor"], line["operation"], {key: line[key] for key in SUBJECT_KEYS if key in line}, line["outcome"])
         for line in audit_lines(audit_log)
     ] == [
         (actor, "onboard", {"partner": added["id"]}, "ok"),
@@ -132,8 +120,7 @@ async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogC
     assert await Example().outer("ptn_1") == {"deliveryId": "dlv_1"}
     assert await Example().scrape() == 1
     assert [
-        (line["actor"], line["operation"], line["partner"], line["delivery"])
-        for line in audit_lines(audit_log)
+        (line["actor"], line["operation"], line["partner"], line["delivery"]) for line in audit_lines(audit_log)
     ] == [("unknown", "outer", "ptn_1", "dlv_1")]
 
 

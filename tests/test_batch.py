@@ -62,9 +62,7 @@ def test_one_failing_item_fails_alone_and_its_neighbours_are_flushed_again() -> 
         return [item.upper() for item in items]
 
     async def play() -> list[object]:
-        batch: BatchWriter[str, str] = BatchWriter(
-            refuse_bad, split=lambda error: isinstance(error, ValueError)
-        )
+        batch: BatchWriter[str, str] = BatchWriter(refuse_bad, split=lambda error: isinstance(error, ValueError))
         batch.start()
         answers = await asyncio.gather(
             batch.submit("first"), batch.submit("a"), batch.submit("bad"), batch.submit("b"),

@@ -105,9 +105,7 @@ def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFix
         pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to measure")
     from benchmarks import ratelimit
 
-    ratelimit.main(
-        ["--hits", "100", "--clients", "1", "--rounds", "1", "--redis", REDIS_URL, "--redis-hits", "64"]
-    )
+    ratelimit.main(["--hits", "100", "--clients", "1", "--rounds", "1", "--redis", REDIS_URL, "--redis-hits", "64"])
     lines = capsys.readouterr().out.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("in flight")))
     rows = [line.split() for line in lines[start + 2 : start + 5]]

@@ -185,13 +185,7 @@ def test_catalog_has_exactly_the_spec_members() -> None:
     }
     assert CATALOG["signature"] == signature_description(**SIGNATURE_LINKS)
     assert list(CATALOG["rateLimits"]) == ["catalogRoutes", "webhookEvents", "attribution"]
-    assert list(CATALOG["subscriptionModel"]) == [
-        "delivery",
-        "onboarding",
-        "retry",
-        "testDelivery",
-        "batching",
-    ]
+    assert list(CATALOG["subscriptionModel"]) == ["delivery", "onboarding", "retry", "testDelivery", "batching"]
     strings = [
         CATALOG["deliveryModel"],
         *CATALOG["rateLimits"].values(),
@@ -373,9 +367,7 @@ def test_the_test_event_is_documented_beside_the_nine_kinds() -> None:
         ("test", True, "boolean"),
     ]
     Draft202012Validator.check_schema(entry["payloadSchema"])
-    validator = Draft202012Validator(
-        entry["payloadSchema"], format_checker=Draft202012Validator.FORMAT_CHECKER
-    )
+    validator = Draft202012Validator(entry["payloadSchema"], format_checker=Draft202012Validator.FORMAT_CHECKER)
     assert [error.message for error in validator.iter_errors(entry["examplePayload"])] == []
     assert [error.message for error in validator.iter_errors({**entry["examplePayload"], "test": False})] == [
         "True was expected"

@@ -46,9 +46,7 @@ def _screens(capsys: pytest.CaptureFixture[str], *path: str) -> Iterator[tuple[t
 
 
 def _named_settings(text: str) -> list[str]:
-    return re.findall(
-        r"^  (SERVICE_[A-Z0-9_]+)$", text.split("settings (environment variables):\n", 1)[-1], re.M
-    )
+    return re.findall(r"^  (SERVICE_[A-Z0-9_]+)$", text.split("settings (environment variables):\n", 1)[-1], re.M)
 
 
 def _options_without_help(text: str) -> list[str]:
@@ -75,17 +73,9 @@ EXPECTED = {
     ("deliveries", "replay"): {"database_url"},
     ("deliveries", "resend"): {"database_url"},
     ("worker",): {
-        "database_url",
-        "secrets_key",
-        "webhook_allow_private_urls",
-        "webhook_timeout",
-        "webhook_retry_schedule",
-        "webhook_connect_timeout",
-        "webhook_max_in_flight",
-        "webhook_breaker_failures",
-        "webhook_breaker_cooldown",
-        "webhook_disable_after",
-        "retention_days",
+        "database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout", "webhook_retry_schedule",
+        "webhook_connect_timeout", "webhook_max_in_flight", "webhook_breaker_failures",
+        "webhook_breaker_cooldown", "webhook_disable_after", "retention_days",
     },
     ("prune",): {"database_url", "retention_days"},
 }
@@ -95,13 +85,7 @@ def test_every_help_screen_reads_well_and_names_its_settings(capsys: pytest.Capt
     """Each command and subcommand has a description, help for every option, no backticks, and
     the SERVICE_* variables it reads with their meaning and default."""
     screens = dict(_screens(capsys))
-    assert {
-        ("waitlist", "export"),
-        ("waitlist", "erase"),
-        ("partners", "retry"),
-        ("events", "publish"),
-        ("worker",),
-    } <= set(screens)
+    assert {("waitlist", "export"), ("waitlist", "erase"), ("partners", "retry"), ("events", "publish"), ("worker",)} <= set(screens)
     for path, text in screens.items():
         assert "`" not in text, path
         assert _options_without_help(text) == [], path
@@ -182,9 +166,7 @@ def test_serve_on_another_port_links_to_that_port(monkeypatch: pytest.MonkeyPatc
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1", timeout=10) as response:
             index = json.load(response)
-        with urllib.request.urlopen(
-            f"http://127.0.0.1:{port}/api/v1/webhooks/events", timeout=10
-        ) as response:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/webhooks/events", timeout=10) as response:
             catalog = json.load(response)
     finally:
         stop(server)

@@ -152,9 +152,7 @@ def test_wrong_tokens_count_against_the_admin_throttle(make_client: Any) -> None
     assert "console_session" not in refused.cookies
 
 
-def test_console_actions_are_audited_as_the_console(
-    make_client: Any, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_console_actions_are_audited_as_the_console(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:
     """An action taken in the console is one audit line whose actor is ``console:<client address>``."""
     caplog.set_level(logging.INFO, logger="service.audit")
     with make_client(admin_token=TOKEN) as client:
@@ -167,9 +165,7 @@ def test_console_actions_are_audited_as_the_console(
             cookies=cookies,
         )
     formatter = JSONFormatter()
-    lines = [
-        json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"
-    ]
+    lines = [json.loads(formatter.format(record)) for record in caplog.records if record.name == "service.audit"]
     assert [(line["actor"], line["operation"], line["outcome"]) for line in lines] == [
         ("console:127.0.0.1", "erase_registrations", "ok")
     ]
@@ -202,9 +198,7 @@ def test_export_is_a_csv_download_with_the_console_headers(make_client: Any) -> 
             assert client.post("/api/waitlist", json=body).status_code == 200
         cookies = _session(_sign_in(client))
         token = _csrf(client.get("/console/waitlist", cookies=cookies).text)
-        response = client.post(
-            "/console/waitlist/export", data={"csrf": token}, headers=ORIGIN, cookies=cookies
-        )
+        response = client.post("/console/waitlist/export", data={"csrf": token}, headers=ORIGIN, cookies=cookies)
     assert response.status_code == 200
     assert response.headers["content-disposition"] == 'attachment; filename="waitlist.csv"'
     assert response.headers["content-security-policy"] == HEADERS["Content-Security-Policy"]

@@ -122,10 +122,7 @@ def site(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
         url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
         _off_loop(migrate, url)
     try:
-        with (
-            Receiver() as receiver,
-            ConsoleServer(url, ManualClock(), secrets_key=TEST_SECRETS_KEY) as server,
-        ):
+        with Receiver() as receiver, ConsoleServer(url, ManualClock(), secrets_key=TEST_SECRETS_KEY) as server:
             yield Site(server, receiver)
     finally:
         if drop is not None:
@@ -278,10 +275,7 @@ def test_add_partner_shows_the_secret_once(page: Page) -> None:
     partner_id = page.page.url.rsplit("/", 1)[1]
     shown = site.server.admin("GET", f"/admin/partners/{partner_id}")
     assert (shown["name"], shown["url"], shown["events"], shown["maxInFlight"]) == (
-        "Added in the console",
-        site.receiver.url("/added"),
-        ["platform.milestone"],
-        3,
+        "Added in the console", site.receiver.url("/added"), ["platform.milestone"], 3,
     )
     assert secret.startswith("whsec_")
     page.page.reload()
@@ -290,9 +284,7 @@ def test_add_partner_shows_the_secret_once(page: Page) -> None:
     page.click("Send test")
     (received,) = site.receiver.to("/added")
     headers = {key.lower(): value for key, value in received.headers.items()}
-    verify(
-        headers, received.body, [secret], now=site.server.clock().timestamp()
-    )  # raises unless signed with it
+    verify(headers, received.body, [secret], now=site.server.clock().timestamp())  # raises unless signed with it
 
 
 def test_add_partner_shows_errors_by_field(page: Page) -> None:
@@ -318,11 +310,7 @@ def test_edit_changes_the_partner(page: Page) -> None:
     page.click("Save")
     assert page.status() == "Partner changed."
     shown = site.server.admin("GET", f"/admin/partners/{partner['id']}")
-    assert (shown["name"], shown["url"], shown["maxInFlight"]) == (
-        "Renamed",
-        site.receiver.url("/renamed"),
-        7,
-    )
+    assert (shown["name"], shown["url"], shown["maxInFlight"]) == ("Renamed", site.receiver.url("/renamed"), 7)
 
 
 def test_pause_and_resume(page: Page) -> None:
@@ -514,15 +502,9 @@ def test_hostile_text_is_shown_as_text(page: Page) -> None:
     partner = site.partner(name=name, path="/hostile")
     site.receiver.script("/hostile", Reply(500, SCRIPT), Reply(500, IMAGE))
     site.server.admin(
-        "POST",
-        "/admin/events",
-        {
-            "event": "platform.milestone",
-            "eventId": f"evt_hostile_{next(_serial)}",
-            "milestone": SCRIPT + IMAGE,
-            "value": 1,
-            "occurredAt": format_timestamp(site.server.clock()),
-        },
+        "POST", "/admin/events",
+        {"event": "platform.milestone", "eventId": f"evt_hostile_{next(_serial)}", "milestone": SCRIPT + IMAGE,
+         "value": 1, "occurredAt": format_timestamp(site.server.clock())},
     )
     site.server.drain()
     site.server.clock.advance(13)
@@ -602,9 +584,7 @@ def test_a_form_from_another_origin_is_refused(page: Page) -> None:
         assert navigation.value.status == 403
     assert site.server.admin("GET", f"/admin/partners/{partner['id']}")["status"] == "active"
     answer = page.page.request.post(
-        f"{site.url}/console/partners/{partner['id']}/pause",
-        headers={"origin": site.url},
-        form={"csrf": "wrong"},
+        f"{site.url}/console/partners/{partner['id']}/pause", headers={"origin": site.url}, form={"csrf": "wrong"}
     )
     assert answer.status == 403
     assert site.server.admin("GET", f"/admin/partners/{partner['id']}")["status"] == "active"
@@ -614,10 +594,7 @@ def test_the_session_cookie_carries_its_attributes(page: Page) -> None:
     """HttpOnly, SameSite=Strict, Path=/console; not Secure on an http base URL."""
     (cookie,) = [cookie for cookie in page.page.context.cookies() if cookie["name"] == "console_session"]
     assert (cookie["httpOnly"], cookie["sameSite"], cookie["path"], cookie["secure"]) == (
-        True,
-        "Strict",
-        "/console",
-        False,
+        True, "Strict", "/console", False,
     )
 
 

@@ -14,9 +14,7 @@ from tests.test_waitlist import stored_rows
 pytestmark = pytest.mark.slow
 
 
-async def _register_until_killed(
-    port: int, answered: list[str], stop: threading.Event, concurrency: int = 16
-) -> None:
+async def _register_until_killed(port: int, answered: list[str], stop: threading.Event, concurrency: int = 16) -> None:
     url = f"http://127.0.0.1:{port}/api/waitlist"
     counter = iter(range(10**9))
 

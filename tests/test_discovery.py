@@ -590,10 +590,7 @@ def test_document_header_lines_are_sanics_own(status):
     if status == 200:
         ours = DocumentResponse(document.body, 200, document.media_type, document.headers)
         sanics = HTTPResponse(
-            document.body,
-            200,
-            headers={**validators, "X-Content-Type-Options": "nosniff"},
-            content_type=document.media_type,
+            document.body, 200, headers={**validators, "X-Content-Type-Options": "nosniff"}, content_type=document.media_type
         )
     else:
         ours = DocumentResponse(None, 304, None, document.not_modified_headers)
@@ -604,9 +601,7 @@ def test_document_header_lines_are_sanics_own(status):
     assert sorted(ours.processed_headers) == lines
 
 
-@pytest.mark.parametrize(
-    "media_type", ["text/plain\r\nSet-Cookie: a=b", "text/plain\x00", "text/plain; charset=ütf-8"]
-)
+@pytest.mark.parametrize("media_type", ["text/plain\r\nSet-Cookie: a=b", "text/plain\x00", "text/plain; charset=ütf-8"])
 def test_a_header_sanic_would_alter_is_refused_at_render_time(media_type):
     """CR, LF, NUL or non-ASCII in a document's headers stop the rendering, never reach a response."""
     from service.discovery.caching import cached

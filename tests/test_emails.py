@@ -56,11 +56,7 @@ CASES = [
     ("local part of 65 (only strict mode refuses it)", f"{LOCAL_64}l@example.com", True),
     ("254 characters", f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 60}.gg.com", True),
     ("255 characters", f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 60}.ggg.com", False),
-    (
-        "255 characters once the domain is decoded",
-        f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 55}.xn--bcher-kva.com",
-        None,
-    ),
+    ("255 characters once the domain is decoded", f"{LOCAL_64}@{'d' * 60}.{'e' * 60}.{'f' * 55}.xn--bcher-kva.com", None),
     ("no @", "someone.example.com", False),
     ("two @", "a@b@example.com", False),
     ("empty local part", "@example.com", False),
@@ -110,16 +106,10 @@ LABELS = st.from_regex(r"[a-z0-9-]{1,20}", fullmatch=True)
     st.one_of(
         st.emails(),
         st.lists(PIECES, max_size=30).map("".join),
-        st.builds(
-            lambda local, labels: f"{local}@{'.'.join(labels)}",
-            st.text(st.characters(codec="ascii"), max_size=70),
-            st.lists(LABELS, min_size=1, max_size=5),
-        ),
-        st.builds(
-            lambda local, labels: f"{local}@{'.'.join(labels)}",
-            st.text(max_size=70),
-            st.lists(LABELS, min_size=1, max_size=70),
-        ),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(st.characters(codec="ascii"), max_size=70), st.lists(LABELS, min_size=1, max_size=5)),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(max_size=70), st.lists(LABELS, min_size=1, max_size=70)),
     )
 )
 def test_every_generated_address_gets_the_librarys_verdict(address: str) -> None:
@@ -140,18 +130,8 @@ def test_the_normalised_forms_are_the_librarys() -> None:
 
 # email-validator's steps service.emails replays (not its public API), with the parameters it passes.
 REPLAYED = {
-    "email_validator.syntax.validate_email_domain_name": [
-        "domain",
-        "test_environment",
-        "globally_deliverable",
-    ],
-    "email_validator.syntax.validate_email_local_part": [
-        "local",
-        "allow_smtputf8",
-        "allow_empty_local",
-        "quoted_local_part",
-        "strict",
-    ],
+    "email_validator.syntax.validate_email_domain_name": ["domain", "test_environment", "globally_deliverable"],
+    "email_validator.syntax.validate_email_local_part": ["local", "allow_smtputf8", "allow_empty_local", "quoted_local_part", "strict"],
     "email_validator.syntax.validate_email_length": ["addrinfo"],
     "email_validator.rfc_constants.CASE_INSENSITIVE_MAILBOX_NAMES": None,
 }
@@ -160,9 +140,7 @@ REPLAYED = {
 def test_email_validator_is_the_pinned_version_whose_steps_are_replayed() -> None:
     """The installed email-validator is the one pyproject.toml pins, and the steps replayed are where they were."""
     pinned = exact_pin("email-validator")
-    assert pinned, (
-        "pyproject.toml must pin email-validator exactly (==): service.emails replays its internals"
-    )
+    assert pinned, "pyproject.toml must pin email-validator exactly (==): service.emails replays its internals"
     assert email_validator.__version__ == pinned, (
         f"service.emails replays email-validator {pinned}'s internal steps ({', '.join(REPLAYED)}); "
         f"email-validator {email_validator.__version__} is installed. Run tests/test_emails.py and "
@@ -207,16 +185,10 @@ def our_identity(address: str) -> str | None:
 @given(
     st.one_of(
         st.emails(),
-        st.builds(
-            lambda local, labels: f"{local}@{'.'.join(labels)}",
-            st.text(st.characters(codec="ascii"), max_size=70),
-            st.lists(LABELS, min_size=1, max_size=5),
-        ),
-        st.builds(
-            lambda local, labels: f"{local}@{'.'.join(labels)}",
-            st.text(max_size=30),
-            st.lists(LABELS, min_size=1, max_size=5),
-        ),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(st.characters(codec="ascii"), max_size=70), st.lists(LABELS, min_size=1, max_size=5)),
+        st.builds(lambda local, labels: f"{local}@{'.'.join(labels)}",
+                  st.text(max_size=30), st.lists(LABELS, min_size=1, max_size=5)),
     )
 )
 def test_the_fast_identity_is_the_one_from_the_librarys_whole_result(address: str) -> None:

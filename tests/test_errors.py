@@ -65,20 +65,13 @@ def test_health_and_readiness(make_client, rate_limit_storage):
 
 def test_readiness_fails_when_the_database_is_unreachable():
     """/readyz answers 503 when the database cannot be reached (a closed port here)."""
-    app = create_app(
-        Settings(database_url="postgresql://nobody@127.0.0.1:9/none", secrets_key=TEST_SECRETS_KEY)
-    )
+    app = create_app(Settings(database_url="postgresql://nobody@127.0.0.1:9/none", secrets_key=TEST_SECRETS_KEY))
     with Client(app) as client:
         ready = client.get("/readyz")
         registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
     assert (ready.status_code, ready.json) == (
         503,
-        {
-            "ok": False,
-            "message": "The database is not reachable.",
-            "database": "down",
-            "rateLimitStore": "up",
-        },
+        {"ok": False, "message": "The database is not reachable.", "database": "down", "rateLimitStore": "up"},
     )
     assert (registration.status_code, registration.json) == (
         503,
@@ -95,9 +88,7 @@ def test_cors_only_for_configured_origins(make_client, origin, allowed):
     headers = {"origin": origin} if origin else {}
     with make_client(cors_origins=("https://launch.example",)) as client:
         preflight = client.request("options", "/api/waitlist", headers=headers)
-        post = client.post(
-            "/api/waitlist", json={"email": "a@example.com", "intent": "claim"}, headers=headers
-        )
+        post = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"}, headers=headers)
     assert preflight.status_code == 204
     assert preflight.headers.get("access-control-allow-origin") == (origin if allowed else None)
     assert post.headers.get("access-control-allow-origin") == (origin if allowed else None)
@@ -112,9 +103,7 @@ def test_cors_only_for_configured_origins(make_client, origin, allowed):
         (b"{" + b" " * 70_000 + b"}", "application/json", 413),
     ],
 )
-def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(
-    make_client, content, content_type, status
-):
+def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, content, content_type, status):
     """A browser script on a configured origin can read why its registration was refused."""
     origin = "https://launch.example"
     with make_client(cors_origins=(origin,)) as client:
@@ -123,10 +112,7 @@ def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(
         )
     assert refused.status_code == status
     assert refused.json["ok"] is False
-    assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (
-        origin,
-        "Origin",
-    )
+    assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (origin, "Origin")
 
 
 def test_readiness_names_both_when_both_are_unreachable():
@@ -162,12 +148,7 @@ def test_an_unreachable_rate_limit_store_is_503_and_stores_nothing(sqlite_url, c
     )
     assert (ready.status_code, ready.json) == (
         503,
-        {
-            "ok": False,
-            "message": "The rate-limit store is not reachable.",
-            "database": "up",
-            "rateLimitStore": "down",
-        },
+        {"ok": False, "message": "The rate-limit store is not reachable.", "database": "up", "rateLimitStore": "down"},
     )
     assert asyncio.run(stored_rows(sqlite_url)) == []
     assert [record.getMessage() for record in caplog.records if record.name == "service.db.batch"] == [
@@ -185,9 +166,7 @@ def test_a_postgresql_server_that_never_answers_is_503_after_the_connect_timeout
     silent = socket.create_server(("127.0.0.1", 0))
     port = silent.getsockname()[1]
     try:
-        app = create_app(
-            Settings(database_url=f"postgresql://nobody@127.0.0.1:{port}/none", secrets_key=TEST_SECRETS_KEY)
-        )
+        app = create_app(Settings(database_url=f"postgresql://nobody@127.0.0.1:{port}/none", secrets_key=TEST_SECRETS_KEY))
         with Client(app) as client:
             registration = client.post("/api/waitlist", json={"email": "a@example.com", "intent": "claim"})
     finally:
@@ -200,14 +179,7 @@ def test_a_postgresql_server_that_never_answers_is_503_after_the_connect_timeout
 
 @pytest.mark.parametrize(
     ("name", "shown"),
-    [
-        ("a", "a"),
-        ("k" * 64, "k" * 64),
-        ("k" * 65, SHOWN),
-        (LONG, SHOWN),
-        ("x\ud800", "x\ufffd"),
-        ("é🐸", "é🐸"),
-    ],
+    [("a", "a"), ("k" * 64, "k" * 64), ("k" * 65, SHOWN), (LONG, SHOWN), ("x\ud800", "x\ufffd"), ("é🐸", "é🐸")],
 )
 def test_echoed_names_are_bounded(name, shown):
     """At most 64 characters and a marker; a lone surrogate becomes U+FFFD; the rest is kept."""
@@ -217,33 +189,15 @@ def test_echoed_names_are_bounded(name, shown):
 @pytest.mark.parametrize(
     ("method", "path", "kwargs", "code"),
     [
-        (
-            "post",
-            "/api/waitlist",
-            {"json": {"email": "a@example.com", "intent": "claim", LONG: 1}},
-            "unknown_field",
-        ),
+        ("post", "/api/waitlist", {"json": {"email": "a@example.com", "intent": "claim", LONG: 1}}, "unknown_field"),
         ("post", "/api/waitlist", {"content": f'{{"{LONG}": 1, "{LONG}": 2}}'.encode()}, "repeated"),
         ("post", "/api/waitlist", {"content": f"{LONG}=1&{LONG}=2".encode()}, "repeated"),
         ("post", "/admin/events", {"json": {**milestone(), LONG: 1}, "headers": AUTH}, "unknown_field"),
-        (
-            "post",
-            "/admin/partners",
-            {"json": {"name": "P", "url": "http://127.0.0.1:9/", LONG: 1}, "headers": AUTH},
-            "unknown_field",
-        ),
+        ("post", "/admin/partners", {"json": {"name": "P", "url": "http://127.0.0.1:9/", LONG: 1}, "headers": AUTH}, "unknown_field"),
         ("get", f"/admin/deliveries?{LONG[:4000]}=1", {"headers": AUTH}, "unknown_parameter"),
         ("get", f"/admin/waitlist?{LONG[:2000]}=1&{LONG[:2000]}=2", {"headers": AUTH}, "repeated"),
     ],
-    ids=[
-        "waitlist member",
-        "json repeated",
-        "form repeated",
-        "event member",
-        "partner member",
-        "query",
-        "query repeated",
-    ],
+    ids=["waitlist member", "json repeated", "form repeated", "event member", "partner member", "query", "query repeated"],
 )
 def test_error_bodies_never_echo_a_long_name_whole(make_client, method, path, kwargs, code):
     """Wherever a name comes from the client, the error shows 64 characters of it and a marker."""

@@ -11,9 +11,9 @@ import pytest
 from service.cli import main, neutralise
 
 ROWS = [
-    {"email": "ada@example.com", "intent": "claim", "project": '=HYPERLINK("http://x")', "message": "+1 gm"},
+    {"email": "ada@example.com", "intent": "claim", "project": "=HYPERLINK(\"http://x\")", "message": "+1 gm"},
     {"email": "bob@example.com", "intent": "member", "project": "-2+3", "message": "@SUM(A1)"},
-    {"email": "cy@example.com", "intent": "arcade", "project": 'Plain, "quoted"', "message": "line1\nline2"},
+    {"email": "cy@example.com", "intent": "arcade", "project": "Plain, \"quoted\"", "message": "line1\nline2"},
 ]
 
 
@@ -51,9 +51,9 @@ def test_csv_export_neutralises_and_round_trips(make_client, database_url, monke
     table = list(csv.DictReader(io.StringIO(captured.out)))
     assert list(table[0]) == ["email", "intent", "project", "message", "createdAt", "updatedAt"]
     assert [(r["email"], r["intent"], r["project"], r["message"]) for r in table] == [
-        ("ada@example.com", "claim", '\'=HYPERLINK("http://x")', "'+1 gm"),
+        ("ada@example.com", "claim", "'=HYPERLINK(\"http://x\")", "'+1 gm"),
         ("bob@example.com", "member", "'-2+3", "'@SUM(A1)"),
-        ("cy@example.com", "arcade", 'Plain, "quoted"', "line1\nline2"),
+        ("cy@example.com", "arcade", "Plain, \"quoted\"", "line1\nline2"),
     ]
     assert captured.err.strip() == "exported 3 registrations"
 

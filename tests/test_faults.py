@@ -166,9 +166,7 @@ def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: 
         assert accepted <= stored, f"answered 200 but not stored: {accepted - stored}"
 
 
-def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(
-    scratch_postgres: str, tmp_path: Path
-) -> None:
+def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_postgres: str, tmp_path: Path) -> None:
     """SIGTERM ends the server within the attempt timeout plus its margin while the link is silent."""
     with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
         env = {
@@ -203,11 +201,7 @@ def test_a_full_disk_is_503_on_every_writing_route_and_on_readyz(tmp_path: Path)
     with sqlite3.connect(database) as connection:  # the migrations' WAL folded in: it starts empty
         connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     server = Server(
-        {
-            "SERVICE_DATABASE_URL": url,
-            "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN,
-            "SERVICE_WAITLIST_RATE_LIMIT": "10000/minute",
-        }
+        {"SERVICE_DATABASE_URL": url, "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN, "SERVICE_WAITLIST_RATE_LIMIT": "10000/minute"}
     )
     try:
         assert server.register("first@example.com") == 200

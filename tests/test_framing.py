@@ -70,45 +70,30 @@ def refused(responses: list[tuple[int, dict[str, str]]]) -> bool:
     "raw",
     [
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
-            + b"Transfer-Encoding : chunked\r\nContent-Length: "
-            + str(len(BODY)).encode()
-            + b"\r\n\r\n"
-            + BODY,
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+            + b"Transfer-Encoding : chunked\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY,
             id="space-before-colon",
         ),
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
-            + b"X-Note: a\r\n Transfer-Encoding: chunked\r\nContent-Length: "
-            + str(len(BODY)).encode()
-            + b"\r\n\r\n"
-            + BODY,
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+            + b"X-Note: a\r\n Transfer-Encoding: chunked\r\nContent-Length: " + str(len(BODY)).encode()
+            + b"\r\n\r\n" + BODY,
             id="continuation-line",
         ),
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
-            + "Content-Length: ٢".encode()
-            + b"\r\n\r\n{}",
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + "Content-Length: ٢".encode() + b"\r\n\r\n{}",
             id="non-ascii-digit-length",
         ),
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
-            + b"Content-Length: 2\r\nContent-Length: 44\r\n\r\n{}",
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: 2\r\nContent-Length: 44\r\n\r\n{}",
             id="conflicting-lengths",
         ),
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
-            + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
             id="repeated-lengths",
         ),
         pytest.param(
-            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-            + JSON
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
             + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             id="length-and-chunked",
         ),
@@ -123,9 +108,7 @@ def test_a_chunk_without_its_crlf_lets_no_second_request_through(port: int) -> N
     """Chunk data not followed by CRLF: whatever the first request's answer, the bytes after it are
     never served as a request of their own."""
     chunked = b"5\r\n{}   XX0\r\n\r\n"  # 5 bytes of data, then "XX" where the CRLF belongs
-    raw = (
-        b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Transfer-Encoding: chunked\r\n\r\n" + chunked
-    )
+    raw = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Transfer-Encoding: chunked\r\n\r\n" + chunked
     responses = exchange(port, raw + SMUGGLED)  # reads until the server closes the connection
     assert len(responses) <= 2
     assert all(status != 200 for status, _ in responses[1:]), responses
@@ -135,12 +118,7 @@ def test_a_chunk_without_its_crlf_lets_no_second_request_through(port: int) -> N
 
 def test_well_formed_requests_share_a_connection(port: int) -> None:
     """The checks refuse nothing well formed: two requests on one connection, both answered."""
-    first = (
-        b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-        + JSON
-        + b"Content-Length: %d\r\n\r\n" % len(BODY)
-        + BODY
-    )
+    first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
     last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     assert [status for status, _ in exchange(port, first + last)] == [200, 200]
 
@@ -166,10 +144,7 @@ def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
         (b"GET / HTTP/1.1\r\nContent-Length: 1_0", "a Content-Length that is not ASCII digits"),
         (b"GET / HTTP/1.1\r\nContent-Length: 2, 2", "a Content-Length that is not ASCII digits"),
         (b"GET / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2", "more than one Content-Length"),
-        (
-            b"GET / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked",
-            "both Content-Length and Transfer-Encoding",
-        ),
+        (b"GET / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked", "both Content-Length and Transfer-Encoding"),
     ],
 )
 def test_framing_fault(head: bytes, fault: str | None) -> None:

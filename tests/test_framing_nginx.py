@@ -48,27 +48,15 @@ def nginx_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 
 FORMS = {
-    "space-before-colon": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-    + JSON
-    + b"Transfer-Encoding : chunked\r\nContent-Length: "
-    + str(len(BODY)).encode()
-    + b"\r\n\r\n"
-    + BODY,
-    "continuation-line": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-    + JSON
-    + b"X-Note: a\r\n Transfer-Encoding: chunked\r\nContent-Length: "
-    + str(len(BODY)).encode()
-    + b"\r\n\r\n"
-    + BODY,
-    "chunk-without-crlf": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-    + JSON
+    "space-before-colon": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+    + b"Transfer-Encoding : chunked\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY,
+    "continuation-line": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+    + b"X-Note: a\r\n Transfer-Encoding: chunked\r\nContent-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY,
+    "chunk-without-crlf": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
     + b"Transfer-Encoding: chunked\r\n\r\n5\r\n{}   XX0\r\n\r\n",
-    "non-ascii-digit-length": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-    + JSON
-    + "Content-Length: ٢".encode()
-    + b"\r\n\r\n{}",
-    "repeated-lengths": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-    + JSON
+    "non-ascii-digit-length": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
+    + "Content-Length: ٢".encode() + b"\r\n\r\n{}",
+    "repeated-lengths": b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON
     + b"Content-Length: 2\r\nContent-Length: 44\r\n\r\n{}",
 }
 
@@ -84,11 +72,6 @@ def test_nginx_refuses_each_form_before_the_service(nginx_port: int, raw: bytes)
 
 def test_well_formed_requests_pass(nginx_port: int) -> None:
     """A well-formed registration goes through nginx to the service and is stored."""
-    first = (
-        b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n"
-        + JSON
-        + b"Content-Length: %d\r\n\r\n" % len(BODY)
-        + BODY
-    )
+    first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
     last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     assert [status for status, _ in exchange(nginx_port, first + last)] == [200, 200]

@@ -12,18 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_is_clean():
     """ruff reports no finding over service/, analytics/, tests/ and benchmarks/."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "check",
-            "--output-format",
-            "concise",
-            "service",
-            "analytics",
-            "tests",
-            "benchmarks",
-        ],
+        [sys.executable, "-m", "ruff", "check", "--output-format", "concise", "service", "analytics", "tests", "benchmarks"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -65,9 +65,7 @@ async def test_a_partner_lifecycle_tells_the_notifier(operations: tuple[Operatio
 
 
 @pytest.mark.parametrize("name", ["show_partner", "pause", "resume", "test", "rotate_secret", "retry"])
-async def test_an_unknown_partner_is_an_unknown_resource(
-    operations: tuple[Operations, Recorder], name: str
-) -> None:
+async def test_an_unknown_partner_is_an_unknown_resource(operations: tuple[Operations, Recorder], name: str) -> None:
     """Every per-partner operation raises UnknownResource, which the HTTP layer answers 404."""
     ops, notifier = operations
     with pytest.raises(UnknownResource) as raised:
@@ -89,12 +87,7 @@ def test_domain_errors_map_to_one_status_each(error: DomainError, status: int) -
 
 @pytest.mark.parametrize(
     ("args", "field"),
-    [
-        ({"status": "lost"}, "status"),
-        ({"limit": "0"}, "limit"),
-        ({"offset": "-1"}, "offset"),
-        ({"since": "x"}, "since"),
-    ],
+    [({"status": "lost"}, "status"), ({"limit": "0"}, "limit"), ({"offset": "-1"}, "offset"), ({"since": "x"}, "since")],
 )
 def test_delivery_filters_refuse_what_they_do_not_know(args: dict[str, str], field: str) -> None:
     """A listing's parameters are checked once, for the route and the command alike."""

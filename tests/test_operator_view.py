@@ -62,10 +62,7 @@ def partner_states(text: str) -> dict[str, str]:
 
 
 def names(text: str) -> dict[str, str]:
-    return {
-        dict(labels)["partner"]: dict(labels)["name"]
-        for labels in samples(text, "service_webhook_partner_info")
-    }
+    return {dict(labels)["partner"]: dict(labels)["name"] for labels in samples(text, "service_webhook_partner_info")}
 
 
 def scrape(client: Any) -> str:
@@ -175,10 +172,7 @@ def test_a_partner_pausing_itself_with_410_is_a_warning_and_a_counter(
     make_client: Any, database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """410 Gone pauses the partner: one WARNING line naming it and service_webhook_partner_paused_total."""
-    with (
-        Receiver(Reply(410, "gone")) as receiver,
-        make_client(database_url=database_url, **settings()) as client,
-    ):
+    with Receiver(Reply(410, "gone")) as receiver, make_client(database_url=database_url, **settings()) as client:
         gone = onboard(client, receiver.url())
         calm = onboard(client, receiver.url("/calm"), name="Calm")
         receiver.script("/calm", Reply(200))
@@ -236,10 +230,7 @@ async def scrape_a_worker(database_url: str, clock: ManualClock, receiver: Recei
             runner = await worker_http.start(app, "127.0.0.1", 0)
             host, port = runner.addresses[0][:2]
             try:
-                async with (
-                    aiohttp.ClientSession() as session,
-                    session.get(f"http://{host}:{port}/metrics") as answer,
-                ):
+                async with aiohttp.ClientSession() as session, session.get(f"http://{host}:{port}/metrics") as answer:
                     assert answer.status == 200
                     return await answer.text()
             finally:
@@ -251,9 +242,7 @@ async def scrape_a_worker(database_url: str, clock: ManualClock, receiver: Recei
 def check_metrics(text: str) -> str:
     """What ``promtool check metrics`` says of the text: nothing when there is nothing to fix."""
     path = require_tool("promtool", "it lints the metrics Prometheus scrapes")
-    checked = subprocess.run(
-        [path, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60
-    )
+    checked = subprocess.run([path, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
     return f"exit {checked.returncode}: {checked.stdout}{checked.stderr}".strip()
 
 
@@ -313,9 +302,7 @@ async def test_the_failed_count_reads_its_partial_index(database_url: str) -> No
     engine = create_engine(database_url)
     try:
         async with engine.connect() as conn:
-            statement = str(
-                FAILED_COUNT.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True})
-            )
+            statement = str(FAILED_COUNT.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
             if database_url.startswith("sqlite"):
                 plan = [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
             else:

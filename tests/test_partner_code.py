@@ -183,9 +183,7 @@ def test_python_blocks_run_alone_and_reach_every_verdict(served, tmp_path: Path)
         assert not foreign, f"a block imports {foreign}, which the page does not name"
     assert "standardwebhooks" in page  # the one package named
     script = tmp_path / "verify.py"
-    script.write_text(
-        _installed(tmp_path / "packages", PYTHON_PACKAGES) + "\n\n".join(blocks) + PYTHON_DRIVER
-    )
+    script.write_text(_installed(tmp_path / "packages", PYTHON_PACKAGES) + "\n\n".join(blocks) + PYTHON_DRIVER)
     # -I: no PYTHONPATH, no user site, no script folder; -S: not even the environment's site-packages,
     # where the project is installed: only the standard library and the packages the page names.
     output = _run(

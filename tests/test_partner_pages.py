@@ -125,10 +125,7 @@ def test_the_html_loads_nothing_from_another_origin(make_client):
 
 def test_a_placeholder_left_in_a_stored_page_stops_it_being_served():
     """fill() writes the base URL and refuses a page with any other token, so none can be served."""
-    assert (
-        fill(f'<a href="{BASE_URL_TOKEN}/docs/">', "https://x.example/")
-        == '<a href="https://x.example/docs/">'
-    )
+    assert fill(f"<a href=\"{BASE_URL_TOKEN}/docs/\">", "https://x.example/") == '<a href="https://x.example/docs/">'
     with pytest.raises(UnfilledPage):
         fill("see @@SERVICE_OTHER@@", BASE)
 

@@ -95,11 +95,7 @@ def _served_paths() -> list[str]:
         ("text/plain", "{% if x %}", ["{%", "%}"]),
         ("text/plain", "sent by %s to %(who)s", ["%(who)s", "%s"]),
         ("text/plain", "at ${base}/x", ["${base}"]),
-        (
-            "text/html",
-            '<p><a href="@@SERVICE_BASE_URL@@/docs/">x</a></p>',
-            ["@@", "@@", "@@SERVICE_BASE_URL@@"],
-        ),
+        ("text/html", '<p><a href="@@SERVICE_BASE_URL@@/docs/">x</a></p>', ["@@", "@@", "@@SERVICE_BASE_URL@@"]),
         ("text/markdown", "Code `{kept}` and\n```js\nconst a = `${x}`;\n```\nbut {lost}", ["{lost}"]),
         ("application/json", '{"paths": {"/api/v1/webhooks/events/{eventId}": {}}}', []),
         ("application/json", '{"signedPayload": "{timestamp}.{raw_body}", "pattern": "^[0-9]{1,12}$"}', []),

@@ -27,9 +27,7 @@ def _proxied(monkeypatch, sqlite_url, trusted, **options) -> Client:
     return Client(create_app(settings))
 
 
-def test_a_rotating_forwarded_for_from_an_untrusted_peer_changes_nothing(
-    monkeypatch, sqlite_url, rate_limit_storage
-):
+def test_a_rotating_forwarded_for_from_an_untrusted_peer_changes_nothing(monkeypatch, sqlite_url, rate_limit_storage):
     """A peer that is not a trusted proxy is the client, whatever X-Forwarded-For it invents: the
     waitlist limit and the admin throttle hold."""
     options = {"waitlist_rate_limit": "2/minute", "admin_token": ADMIN_TOKEN, **rate_limit_storage}
@@ -40,8 +38,7 @@ def test_a_rotating_forwarded_for_from_an_untrusted_peer_changes_nothing(
         ]
         guesses = [
             client.get(
-                "/admin/waitlist",
-                headers={"authorization": "Bearer wrong", "x-forwarded-for": f"198.51.100.{n}"},
+                "/admin/waitlist", headers={"authorization": "Bearer wrong", "x-forwarded-for": f"198.51.100.{n}"}
             ).status_code
             for n in range(12)
         ]
@@ -49,9 +46,7 @@ def test_a_rotating_forwarded_for_from_an_untrusted_peer_changes_nothing(
     assert guesses == [401] * 10 + [429] * 2
 
 
-def test_from_a_trusted_proxy_two_clients_each_get_their_own_allowance(
-    monkeypatch, sqlite_url, rate_limit_storage
-):
+def test_from_a_trusted_proxy_two_clients_each_get_their_own_allowance(monkeypatch, sqlite_url, rate_limit_storage):
     """Through a trusted proxy (loopback here) the forwarded address is the client: two clients
     behind it are counted apart, each with its own allowance."""
     with _proxied(
@@ -67,9 +62,7 @@ def test_from_a_trusted_proxy_two_clients_each_get_their_own_allowance(
 @pytest.mark.parametrize(
     ("variable", "value"), [("SANIC_PROXIES_COUNT", "1"), ("SANIC_REAL_IP_HEADER", "x-real-ip")]
 )
-def test_a_proxy_setting_without_trusted_proxies_stops_the_start_in_one_line(
-    monkeypatch, capsys, tmp_path, variable, value
-):
+def test_a_proxy_setting_without_trusted_proxies_stops_the_start_in_one_line(monkeypatch, capsys, tmp_path, variable, value):
     """`serve` with a Sanic proxy setting but no SERVICE_TRUSTED_PROXIES exits 2 with the reason."""
     monkeypatch.setenv(variable, value)
     monkeypatch.setenv("SERVICE_DATABASE_URL", f"sqlite:///{tmp_path / 'service.db'}")

@@ -57,9 +57,7 @@ def test_spoofed_forwarded_for_changes_nothing(make_client, rate_limit_storage):
     """Without proxy settings, X-Forwarded-For is ignored: rotating it does not reset the limit."""
     with make_client(waitlist_rate_limit="2/minute", **rate_limit_storage) as client:
         statuses = [
-            post(
-                client, headers={"x-forwarded-for": f"203.0.113.{n}", "x-real-ip": f"198.51.100.{n}"}
-            ).status_code
+            post(client, headers={"x-forwarded-for": f"203.0.113.{n}", "x-real-ip": f"198.51.100.{n}"}).status_code
             for n in range(4)
         ]
     assert statuses == [200, 200, 429, 429]
@@ -72,10 +70,7 @@ def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_li
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
     settings = Settings(
-        database_url=sqlite_url,
-        waitlist_rate_limit="1/minute",
-        trusted_proxies=("127.0.0.1",),
-        **rate_limit_storage,
+        database_url=sqlite_url, waitlist_rate_limit="1/minute", trusted_proxies=("127.0.0.1",), **rate_limit_storage
     )
     with Client(create_app(settings)) as client:
         statuses = [
@@ -94,9 +89,7 @@ def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_li
         ("SANIC_FORWARDED_SECRET", "s3cret", True),
     ],
 )
-def test_proxy_headers_are_read_only_under_one_of_sanics_proxy_settings(
-    monkeypatch, variable, value, trusted
-):
+def test_proxy_headers_are_read_only_under_one_of_sanics_proxy_settings(monkeypatch, variable, value, trusted):
     """Any of Sanic's three proxy settings turns header parsing on; none of them leaves the peer address."""
     from sanic.config import Config
 
@@ -183,9 +176,7 @@ def test_window_counters_decide_as_limits_own_memory_storage(script):
                 if action == "hit":
                     seen.append((strategy is ours, await strategy.hit(item, "w", str(client))))
                 elif action == "stats":
-                    stats = await strategy.storage.get_sliding_window(
-                        item.key_for("w", str(client)), item.get_expiry()
-                    )
+                    stats = await strategy.storage.get_sliding_window(item.key_for("w", str(client)), item.get_expiry())
                     seen.append((strategy is ours, stats))
                 else:
                     await strategy.clear(item, "w", str(client))
@@ -362,9 +353,7 @@ def test_limits_is_the_pinned_version_whose_internals_batched_hits_reads():
     import limits
 
     pinned = exact_pin("limits")
-    assert pinned, (
-        "pyproject.toml must pin limits exactly (==): service.ratelimit.BatchedHits reads its internals"
-    )
+    assert pinned, "pyproject.toml must pin limits exactly (==): service.ratelimit.BatchedHits reads its internals"
     assert limits.__version__ == pinned == LIMITS_VERSION, (
         f"service.ratelimit.BatchedHits reads limits {LIMITS_VERSION}'s internals (RedisStorage.bridge, "
         "_current_window_key, _previous_window_key, the bridge's prefixed_key, get_connection and "
@@ -380,14 +369,8 @@ def test_limits_is_the_pinned_version_whose_internals_batched_hits_reads():
         (lambda storage: setattr(storage, "bridge", None), "RedisStorage.bridge"),
         (lambda storage: setattr(storage, "_current_window_key", None), "RedisStorage._current_window_key"),
         (lambda storage: setattr(storage.bridge, "prefixed_key", None), "RedispyBridge.prefixed_key"),
-        (
-            lambda storage: setattr(storage.bridge, "lua_acquire_sliding_window", object()),
-            "lua_acquire_sliding_window.script",
-        ),
-        (
-            lambda storage: setattr(storage.bridge.lua_acquire_sliding_window, "script", "return true"),
-            "acquire_sliding_window.lua (its text changed)",
-        ),
+        (lambda storage: setattr(storage.bridge, "lua_acquire_sliding_window", object()), "lua_acquire_sliding_window.script"),
+        (lambda storage: setattr(storage.bridge.lua_acquire_sliding_window, "script", "return true"), "acquire_sliding_window.lua (its text changed)"),
     ],
 )
 def test_batched_hits_refuses_to_start_when_an_internal_moved(move, named):
@@ -455,12 +438,8 @@ def test_twenty_five_addresses_of_one_ipv6_64_are_one_client(monkeypatch, sqlite
 
 def test_a_longer_prefix_counts_smaller_ipv6_networks(monkeypatch, sqlite_url):
     """SERVICE_RATE_LIMIT_IPV6_PREFIX=128 counts each IPv6 address apart."""
-    with _proxied(
-        monkeypatch, sqlite_url, waitlist_rate_limit="1/minute", rate_limit_ipv6_prefix=128
-    ) as client:
-        statuses = [
-            post(client, headers={"x-forwarded-for": f"2001:db8::{n + 1}"}).status_code for n in range(3)
-        ]
+    with _proxied(monkeypatch, sqlite_url, waitlist_rate_limit="1/minute", rate_limit_ipv6_prefix=128) as client:
+        statuses = [post(client, headers={"x-forwarded-for": f"2001:db8::{n + 1}"}).status_code for n in range(3)]
     assert statuses == [200, 200, 200]
 
 
@@ -516,11 +495,7 @@ def test_a_full_store_answers_newcomers_429_in_the_error_shape(make_client):
 
 def test_the_global_limit_holds_every_client_together(monkeypatch, sqlite_url, rate_limit_storage):
     """SERVICE_WAITLIST_GLOBAL_RATE_LIMIT: once spent, any client is 429 in the same error shape."""
-    options = {
-        "waitlist_rate_limit": "5/minute",
-        "waitlist_global_rate_limit": "3/minute",
-        **rate_limit_storage,
-    }
+    options = {"waitlist_rate_limit": "5/minute", "waitlist_global_rate_limit": "3/minute", **rate_limit_storage}
     with _proxied(monkeypatch, sqlite_url, **options) as client:
         answers = [post(client, headers={"x-forwarded-for": f"203.0.113.{n + 1}"}) for n in range(4)]
     assert [answer.status_code for answer in answers] == [200, 200, 200, 429]

@@ -96,12 +96,7 @@ def test_the_erase_command(
     ],
 )
 def test_the_erase_command_refuses_a_bad_address(
-    sqlite_url: str,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-    address: str,
-    code: str,
-    message: str,
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], address: str, code: str, message: str
 ) -> None:
     """A blank or invalid address exits 1 with the error shape naming `email` on stderr."""
     monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
@@ -120,27 +115,13 @@ def test_the_erase_command_refuses_a_bad_address(
     [
         ("", [{"field": "email", "code": "missing", "message": "This parameter is required."}]),
         ("?email=", [{"field": "email", "code": "missing", "message": "This parameter is required."}]),
-        (
-            "?email=ada",
-            [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}],
-        ),
-        (
-            "?email=a%00@example.com",
-            [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}],
-        ),
-        (
-            "?email=ada@example.com&email=bob@example.com",
-            [{"field": "email", "code": "repeated", "message": "This parameter appears more than once."}],
-        ),
-        (
-            "?email=ada@example.com&intent=claim",
-            [{"field": "intent", "code": "unknown_parameter", "message": "This parameter is not accepted."}],
-        ),
+        ("?email=ada", [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}]),
+        ("?email=a%00@example.com", [{"field": "email", "code": "invalid_email", "message": "This is not a valid email address."}]),
+        ("?email=ada@example.com&email=bob@example.com", [{"field": "email", "code": "repeated", "message": "This parameter appears more than once."}]),
+        ("?email=ada@example.com&intent=claim", [{"field": "intent", "code": "unknown_parameter", "message": "This parameter is not accepted."}]),
     ],
 )
-def test_a_bad_erasure_request_is_400_and_erases_nothing(
-    make_client: Any, query: str, errors: list[dict[str, str]]
-) -> None:
+def test_a_bad_erasure_request_is_400_and_erases_nothing(make_client: Any, query: str, errors: list[dict[str, str]]) -> None:
     """Missing, blank, invalid or repeated email, or an unknown parameter: 400 naming it, every row kept."""
     with make_client(admin_token=TOKEN) as client:
         _register(client)

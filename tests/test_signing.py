@@ -310,9 +310,7 @@ WHSEC_OLD = "whsec_" + base64.b64encode(hashlib.sha256(b"old").digest()).decode(
 LEGACY = "Xq3vJ0cN1s6Yb8e2Wm4R9tKp7Lz5Ha0Ud2Gf6Ji8Bo4"  # token_urlsafe(32) form, no prefix
 
 
-def standard_headers(
-    secrets: list[str], *, delivery_id: str = "dlv_1", timestamp: int = TIMESTAMP
-) -> dict[str, str]:
+def standard_headers(secrets: list[str], *, delivery_id: str = "dlv_1", timestamp: int = TIMESTAMP) -> dict[str, str]:
     headers = signature_headers(
         event="room.claimed", delivery_id=delivery_id, body=BODY, secrets=secrets, timestamp=timestamp
     )
@@ -322,11 +320,7 @@ def standard_headers(
 def test_the_specification_example_signs_to_its_published_signature() -> None:
     """sign_standard reproduces the Standard Webhooks example byte for byte."""
     assert sign_standard(SPEC_ID, SPEC_BODY, [SPEC_SECRET], SPEC_TIMESTAMP) == SPEC_SIGNATURE
-    headers = {
-        "webhook-id": SPEC_ID,
-        "webhook-timestamp": str(SPEC_TIMESTAMP),
-        "webhook-signature": SPEC_SIGNATURE,
-    }
+    headers = {"webhook-id": SPEC_ID, "webhook-timestamp": str(SPEC_TIMESTAMP), "webhook-signature": SPEC_SIGNATURE}
     verify_standard(headers, SPEC_BODY, [SPEC_SECRET], now=SPEC_TIMESTAMP)  # raises if refused
 
 
@@ -354,9 +348,7 @@ def test_the_library_takes_standard_webhooks_secret(secret: str) -> None:
     assert library_form.startswith("whsec_")
     if secret.startswith("whsec_") and secret != "whsec_not_base64!":
         assert library_form == secret  # issued secrets go to the library unchanged
-    signed = Webhook(library_form).sign(
-        SPEC_ID, datetime.fromtimestamp(SPEC_TIMESTAMP, UTC), SPEC_BODY.decode()
-    )
+    signed = Webhook(library_form).sign(SPEC_ID, datetime.fromtimestamp(SPEC_TIMESTAMP, UTC), SPEC_BODY.decode())
     assert signed == sign_standard(SPEC_ID, SPEC_BODY, [secret], SPEC_TIMESTAMP)
 
 
@@ -366,9 +358,7 @@ def test_the_library_takes_standard_webhooks_secret(secret: str) -> None:
     timestamp=st.integers(min_value=0, max_value=9_999_999_999),
     body=st.text(max_size=200),
 )
-def test_sign_standard_agrees_with_the_library(
-    key: bytes, delivery_id: str, timestamp: int, body: str
-) -> None:
+def test_sign_standard_agrees_with_the_library(key: bytes, delivery_id: str, timestamp: int, body: str) -> None:
     """For any key, id, timestamp and UTF-8 body, the service and the library write the same v1 value."""
     secret = "whsec_" + base64.b64encode(key).decode()
     expected = Webhook(secret).sign(delivery_id, datetime.fromtimestamp(timestamp, UTC), body)
@@ -376,9 +366,7 @@ def test_sign_standard_agrees_with_the_library(
 
 
 @pytest.mark.parametrize(
-    "secrets",
-    [[WHSEC_NEW], [WHSEC_NEW, WHSEC_OLD], [WHSEC_NEW, LEGACY], [LEGACY]],
-    ids=["one", "rotation", "from-legacy", "legacy"],
+    "secrets", [[WHSEC_NEW], [WHSEC_NEW, WHSEC_OLD], [WHSEC_NEW, LEGACY], [LEGACY]], ids=["one", "rotation", "from-legacy", "legacy"]
 )
 def test_the_library_verifies_what_the_service_signs(secrets: list[str]) -> None:
     """A receiver holding any one live secret verifies with the library, at the library's own clock."""

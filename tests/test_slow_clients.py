@@ -114,10 +114,8 @@ def test_eleven_hundred_slow_connections_leave_others_answered_within_a_second(s
     # Clients that went away mid-request, some in the middle of a body.
     for _ in range(50):
         with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            sock.sendall(
-                b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                b'Content-Length: 100\r\n\r\n{"email":'
-            )
+            sock.sendall(b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{\"email\":")
     assert _answered_quickly(port) < 1.0
     assert _errors(log) == []
 

@@ -34,65 +34,35 @@ async def _fill(url: str) -> None:
         }
         for number, moment in enumerate(moments)
     ]
-    partner = {
-        "name": "P",
-        "url": "http://127.0.0.1:9/",
-        "status": "active",
-        "created_at": NOW,
-        "updated_at": NOW,
-    }
+    partner = {"name": "P", "url": "http://127.0.0.1:9/", "status": "active", "created_at": NOW, "updated_at": NOW}
     async with engine.begin() as conn:
         await conn.execute(insert(registrations), rows)
         await conn.execute(insert(partners), [{"id": "ptn_a", **partner}, {"id": "ptn_b", **partner}])
         await conn.execute(
             insert(events),
             [
-                {
-                    "id": f"evt_{n}",
-                    "kind": "platform.milestone",
-                    "dedupe_key": f"k{n}",
-                    "payload": "{}",
-                    "occurred_at": NOW,
-                    "created_at": NOW,
-                }
+                {"id": f"evt_{n}", "kind": "platform.milestone", "dedupe_key": f"k{n}", "payload": "{}",
+                 "occurred_at": NOW, "created_at": NOW}
                 for n in range(4)
             ],
         )
         await conn.execute(
             insert(deliveries),
             [
-                {
-                    "id": f"dlv_{n:02d}",
-                    "event_id": f"evt_{n % 4}",
-                    "partner_id": ("ptn_a", "ptn_b")[n % 2],
-                    "status": ("delivered", "failed", "pending")[n % 3],
-                    "attempts": 1,
-                    "next_attempt_at": NOW,
-                    "created_at": NOW - timedelta(minutes=n // 3),
-                    "updated_at": NOW,
-                }
+                {"id": f"dlv_{n:02d}", "event_id": f"evt_{n % 4}", "partner_id": ("ptn_a", "ptn_b")[n % 2],
+                 "status": ("delivered", "failed", "pending")[n % 3], "attempts": 1,
+                 "next_attempt_at": NOW, "created_at": NOW - timedelta(minutes=n // 3), "updated_at": NOW}
                 for n in range(12)
             ],
         )
         await conn.execute(
             insert(delivery_attempts),
             [
-                {
-                    "delivery_id": "dlv_00",
-                    "event_id": "evt_0",
-                    "event": "platform.milestone",
-                    "partner_id": "ptn_a",
-                    "attempt": n + 1,
-                    "started_at": NOW - timedelta(hours=hours),
-                    "duration_ms": 5,
-                    "status_code": 200 if outcome == "delivered" else 500,
-                    "error_class": None,
-                    "response_excerpt": None,
-                    "outcome": outcome,
-                }
-                for n, (hours, outcome) in enumerate(
-                    [(0, "delivered"), (0, "retry"), (2, "failed"), (30, "failed")]
-                )
+                {"delivery_id": "dlv_00", "event_id": "evt_0", "event": "platform.milestone", "partner_id": "ptn_a",
+                 "attempt": n + 1, "started_at": NOW - timedelta(hours=hours), "duration_ms": 5,
+                 "status_code": 200 if outcome == "delivered" else 500, "error_class": None,
+                 "response_excerpt": None, "outcome": outcome}
+                for n, (hours, outcome) in enumerate([(0, "delivered"), (0, "retry"), (2, "failed"), (30, "failed")])
             ],
         )
     await engine.dispose()
@@ -129,12 +99,7 @@ async def test_registration_pages_filter_by_intent_and_search(reads: Summaries) 
     """``intent`` and ``q`` (the start of an address, any case) narrow the pages."""
     claims = [row for page in await _all_pages(reads.registrations, {"intent": "claim"}, 2) for row in page]
     ones = [row for page in await _all_pages(reads.registrations, {"q": "R1"}, 2) for row in page]
-    assert sorted(row["email"] for row in claims) == [
-        "r0@example.com",
-        "r3@example.com",
-        "r6@example.com",
-        "r9@example.com",
-    ]
+    assert sorted(row["email"] for row in claims) == ["r0@example.com", "r3@example.com", "r6@example.com", "r9@example.com"]
     assert [row["email"] for row in ones] == ["r1@example.com"]
     for text in ("%", "r_", "r%", "o'brien\\"):  # searched as typed, never as a pattern or SQL
         assert (await reads.registrations({"q": text})).rows == []
@@ -144,13 +109,9 @@ async def test_delivery_pages_hold_every_row_once_with_filters(reads: Summaries)
     """Deliveries page by key too, for every filter; the filters are ANDed."""
     everything = [row["id"] for page in await _all_pages(reads.deliveries, {}, 5) for row in page]
     mine = [row["id"] for page in await _all_pages(reads.deliveries, {"partner": "ptn_a"}, 2) for row in page]
-    failed = [
-        row["id"] for page in await _all_pages(reads.deliveries, {"status": "failed"}, 1) for row in page
-    ]
+    failed = [row["id"] for page in await _all_pages(reads.deliveries, {"status": "failed"}, 1) for row in page]
     # Newer minutes first; within a minute, the larger id first.
-    assert everything == [
-        f"dlv_{n:02d}" for group in range(4) for n in (3 * group + 2, 3 * group + 1, 3 * group)
-    ]
+    assert everything == [f"dlv_{n:02d}" for group in range(4) for n in (3 * group + 2, 3 * group + 1, 3 * group)]
     assert sorted(mine) == [f"dlv_{n:02d}" for n in range(0, 12, 2)]
     assert sorted(failed) == [f"dlv_{n:02d}" for n in range(1, 12, 3)]
 
@@ -171,12 +132,7 @@ async def test_partner_activity_by_hour(reads: Summaries) -> None:
     activity = await reads.partner_activity("ptn_a")
     hours = dict(activity["hours"])
     assert len(hours) == 24
-    assert hours[datetime(2026, 6, 29, 12, tzinfo=UTC)] == {
-        "delivered": 1,
-        "retry": 1,
-        "failed": 0,
-        "paused": 0,
-    }
+    assert hours[datetime(2026, 6, 29, 12, tzinfo=UTC)] == {"delivered": 1, "retry": 1, "failed": 0, "paused": 0}
     assert hours[datetime(2026, 6, 29, 10, tzinfo=UTC)]["failed"] == 1
     assert (activity["attempts"], activity["successRate"]) == (3, 1 / 3)
 

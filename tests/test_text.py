@@ -30,13 +30,7 @@ LINKS = {"event": "room.links.updated", "slug": "s", "roomUrl": "https://launchr
 
 @pytest.mark.parametrize(
     ("value", "fault"),
-    [
-        ("plain", None),
-        ("é 🐸", None),
-        ("x\x00", NUL_MESSAGE),
-        ("x\ud800", NOT_UNICODE_MESSAGE),
-        ("\udfff", NOT_UNICODE_MESSAGE),
-    ],
+    [("plain", None), ("é 🐸", None), ("x\x00", NUL_MESSAGE), ("x\ud800", NOT_UNICODE_MESSAGE), ("\udfff", NOT_UNICODE_MESSAGE)],
 )
 def test_text_fault(value: str, fault: str | None) -> None:
     """NUL and lone surrogates are named; everything UTF-8 carries passes."""
@@ -87,13 +81,7 @@ def test_admin_text_that_cannot_be_stored_is_400(
 
 @pytest.mark.parametrize(
     ("text", "shown"),
-    [
-        ("ok", "ok"),
-        ("é 🐸", "é 🐸"),
-        ("a\x00b", "a\ufffdb"),
-        ("\x1b[31mred\n", "\ufffd[31mred\ufffd"),
-        ("\x85\x7f\ud800", "\ufffd" * 3),
-    ],
+    [("ok", "ok"), ("é 🐸", "é 🐸"), ("a\x00b", "a\ufffdb"), ("\x1b[31mred\n", "\ufffd[31mred\ufffd"), ("\x85\x7f\ud800", "\ufffd" * 3)],
 )
 def test_readable(text: str, shown: str) -> None:
     """Control characters and lone surrogates become U+FFFD; every other character is kept."""

@@ -82,8 +82,7 @@ def test_accepted_x_service_signatures_are_plain_hmac(case_id: str) -> None:
     headers = case["headers"]
     offered = headers["x-service-signature"].split(",")
     assert {
-        _reference_x_service(secret, headers["x-service-timestamp"], case["body"])
-        for secret in case["secrets"]
+        _reference_x_service(secret, headers["x-service-timestamp"], case["body"]) for secret in case["secrets"]
     } <= set(offered)
 
 
@@ -98,12 +97,7 @@ def test_the_document_states_its_terms() -> None:
     }
     assert (SIGNED_AT, NOW) == (1782820800, 1782820805)  # 2026-06-30T12:00:00Z and five seconds
     assert list(DOCUMENT["schemes"]) == ["x-service-signature", "webhook-signature"]
-    assert list(DOCUMENT["reasons"]) == [
-        "bad_signature",
-        "stale_timestamp",
-        "malformed_header",
-        "missing_header",
-    ]
+    assert list(DOCUMENT["reasons"]) == ["bad_signature", "stale_timestamp", "malformed_header", "missing_header"]
 
 
 def test_the_cases_cover_every_kind_a_rotation_and_every_refusal() -> None:
@@ -126,7 +120,9 @@ def test_the_cases_cover_every_kind_a_rotation_and_every_refusal() -> None:
         "batch/room.trending",
         "refused/batch-reordered",
     ]
-    reasons = {case["expected"][scheme]["reason"] for case in CASES.values() for scheme in VERIFIERS}
+    reasons = {
+        case["expected"][scheme]["reason"] for case in CASES.values() for scheme in VERIFIERS
+    }
     assert reasons == {None, *REASONS}
     rotation = CASES["rotation/new-secret"]["headers"]
     assert rotation["x-service-signature"].count("v1=") == 2
@@ -173,9 +169,7 @@ def test_the_route_serves_the_document_with_validators(make_client: Any) -> None
     """GET /api/v1/webhooks/test-vectors is the document for this base_url, cached like the others."""
     with make_client(base_url=BASE) as client:
         response = client.get("/api/v1/webhooks/test-vectors")
-        again = client.get(
-            "/api/v1/webhooks/test-vectors", headers={"if-none-match": response.headers["etag"]}
-        )
+        again = client.get("/api/v1/webhooks/test-vectors", headers={"if-none-match": response.headers["etag"]})
         head = client.head("/api/v1/webhooks/test-vectors")
     assert response.status_code == 200
     assert response.json == vectors_document(BASE)

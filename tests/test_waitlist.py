@@ -46,18 +46,9 @@ VALID = [
         {"email": "  Bob@Example.com ", "intent": "member", "project": "PEPE", "message": "gm"},
         ("Bob@Example.com", "member", "PEPE", "gm"),
     ),
-    (
-        {"email": "c@example.com", "intent": "arcade", "project": "é" * 120},
-        ("c@example.com", "arcade", "é" * 120, None),
-    ),
-    (
-        {"email": "d@example.com", "intent": "claim", "message": "🚀" * 600},
-        ("d@example.com", "claim", None, "🚀" * 600),
-    ),
-    (
-        {"email": "e@example.com", "intent": "claim", "project": "", "message": "  "},
-        ("e@example.com", "claim", None, None),
-    ),
+    ({"email": "c@example.com", "intent": "arcade", "project": "é" * 120}, ("c@example.com", "arcade", "é" * 120, None)),
+    ({"email": "d@example.com", "intent": "claim", "message": "🚀" * 600}, ("d@example.com", "claim", None, "🚀" * 600)),
+    ({"email": "e@example.com", "intent": "claim", "project": "", "message": "  "}, ("e@example.com", "claim", None, None)),
 ]
 
 
@@ -107,15 +98,9 @@ INVALID_JSON_BODIES = [
         {"email": "a@example.com", "intent": "claim", "message": "é" * 601},
         invalid(field("message", "too_long", "This field must be at most 600 characters.")),
     ),
-    (
-        {"email": "a@example.com", "intent": "claim", "ref": "x"},
-        invalid(field("ref", "unknown_field", UNKNOWN)),
-    ),
+    ({"email": "a@example.com", "intent": "claim", "ref": "x"}, invalid(field("ref", "unknown_field", UNKNOWN))),
     ({"email": None, "intent": "claim"}, invalid(field("email", "invalid_type", STRING))),
-    (
-        {"email": "a@example.com", "intent": "claim", "project": None},
-        invalid(field("project", "invalid_type", STRING)),
-    ),
+    ({"email": "a@example.com", "intent": "claim", "project": None}, invalid(field("project", "invalid_type", STRING))),
     ({"email": 42, "intent": "claim"}, invalid(field("email", "invalid_type", STRING))),
     ({"email": ["a@example.com"], "intent": "claim"}, invalid(field("email", "invalid_type", STRING))),
     ({"email": "a@example.com", "intent": True}, invalid(field("intent", "invalid_choice", CHOICE))),
@@ -142,11 +127,7 @@ RAW_BODIES = [
     (b"null", JSON_TYPE, field("body", "invalid_type", "The body must be a JSON object.")),
     (b"{", JSON_TYPE, field("body", "invalid_json", "The body is not valid JSON.")),
     (b'{"email": NaN}', JSON_TYPE, field("body", "invalid_json", "The body is not valid JSON.")),
-    (
-        b'{"email": "\xff@example.com", "intent": "claim"}',
-        JSON_TYPE,
-        field("body", "invalid_encoding", "The body is not valid UTF-8."),
-    ),
+    (b'{"email": "\xff@example.com", "intent": "claim"}', JSON_TYPE, field("body", "invalid_encoding", "The body is not valid UTF-8.")),
     (b"", JSON_TYPE, field("body", "empty", "A request body is required.")),
     (b"  ", FORM, field("body", "empty", "A request body is required.")),
     (
@@ -154,16 +135,8 @@ RAW_BODIES = [
         JSON_TYPE,
         field("email", "repeated", "This member appears more than once."),
     ),
-    (
-        b"email=a%40example.com&email=b%40example.com&intent=claim",
-        FORM,
-        field("email", "repeated", "This field appears more than once."),
-    ),
-    (
-        b"email=a%FF%40example.com&intent=claim",
-        FORM,
-        field("body", "invalid_encoding", "The form is not valid UTF-8."),
-    ),
+    (b"email=a%40example.com&email=b%40example.com&intent=claim", FORM, field("email", "repeated", "This field appears more than once.")),
+    (b"email=a%FF%40example.com&intent=claim", FORM, field("body", "invalid_encoding", "The form is not valid UTF-8.")),
     (b"email", FORM, field("body", "invalid_form", "The body is not a valid URL-encoded form.")),
 ]
 
@@ -183,9 +156,7 @@ def test_lone_surrogate_is_refused_not_stored(make_client, database_url):
         response = client.post("/api/waitlist", content=raw, headers=JSON_TYPE)
         assert response.status_code == 400
         assert response.json["errors"] == [
-            field(
-                "message", "invalid_characters", "This field contains characters that are not valid Unicode."
-            )
+            field("message", "invalid_characters", "This field contains characters that are not valid Unicode.")
         ]
         assert client.run(stored_rows(database_url)) == []
 
@@ -210,18 +181,13 @@ UNSUPPORTED = {"ok": False, "message": "Send application/json or application/x-w
         ({"content-type": "multipart/form-data; boundary=x"}, UNSUPPORTED),
         ({"content-type": "application/xml"}, UNSUPPORTED),
         ({}, UNSUPPORTED),
-        (
-            {"content-type": "application/json; charset=latin-1"},
-            {"ok": False, "message": "Only UTF-8 bodies are accepted."},
-        ),
+        ({"content-type": "application/json; charset=latin-1"}, {"ok": False, "message": "Only UTF-8 bodies are accepted."}),
     ],
 )
 def test_other_content_types_are_415(make_client, headers, body):
     """Anything but JSON or a URL-encoded form in UTF-8 answers 415."""
     with make_client() as client:
-        response = client.post(
-            "/api/waitlist", content=b'{"email":"a@example.com","intent":"claim"}', headers=headers
-        )
+        response = client.post("/api/waitlist", content=b'{"email":"a@example.com","intent":"claim"}', headers=headers)
     assert (response.status_code, response.json) == (415, body)
 
 
@@ -242,18 +208,13 @@ def test_body_over_64_kib_is_413(make_client, size):
     body = b'{"email":"a@example.com","intent":"claim","message":"' + b"x" * size + b'"}'
     with make_client() as client:
         response = client.post("/api/waitlist", content=body, headers=JSON_TYPE)
-    assert (response.status_code, response.json) == (
-        413,
-        {"ok": False, "message": "The request body is too large."},
-    )
+    assert (response.status_code, response.json) == (413, {"ok": False, "message": "The request body is too large."})
 
 
 def test_repeat_is_answered_alike_and_stored_once(make_client, database_url):
     """A repeat of (email, intent) gets the first answer, keeps one row, and updates only what it carries."""
     with make_client(database_url=database_url) as client:
-        first = post_json(
-            client, {"email": "Ada@Example.com", "intent": "claim", "project": "ADA", "message": "first"}
-        )
+        first = post_json(client, {"email": "Ada@Example.com", "intent": "claim", "project": "ADA", "message": "first"})
         again = post_json(client, {"email": "ada@example.COM", "intent": "claim", "message": "second"})
         other = post_json(client, {"email": "ada@example.com", "intent": "member"})
         assert [r.status_code for r in (first, again, other)] == [200, 200, 200]
@@ -275,9 +236,7 @@ def test_concurrent_repeats_in_one_batch_store_one_row(make_client, database_url
 
     async def burst(base: str) -> list[int]:
         async with httpx.AsyncClient(base_url=base) as http:
-            bodies = [
-                {"email": "same@example.com", "intent": "arcade", "message": f"m{i}"} for i in range(40)
-            ]
+            bodies = [{"email": "same@example.com", "intent": "arcade", "message": f"m{i}"} for i in range(40)]
             answers = await asyncio.gather(*(http.post("/api/waitlist", json=b) for b in bodies))
             return [a.status_code for a in answers]
 

@@ -34,11 +34,7 @@ def env(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, Any]:
     code = main(list(argv))
     out, err = capsys.readouterr()
-    return (
-        code,
-        json.loads(out) if out.strip() else None,
-        json.loads(err) if err.strip().startswith("{") else err,
-    )
+    return code, json.loads(out) if out.strip() else None, json.loads(err) if err.strip().startswith("{") else err
 
 
 def test_partner_commands(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -177,11 +173,7 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
         finally:
             lines = _stop_worker(worker)
     [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]
-    assert (ready["level"], ready["message"], ready["health"]) == (
-        "info",
-        "delivering webhooks",
-        f"{base}/healthz",
-    )
+    assert (ready["level"], ready["message"], ready["health"]) == ("info", "delivering webhooks", f"{base}/healthz")
 
 
 def test_the_standalone_workers_healthz_follows_its_loop(env: dict[str, str]) -> None:
@@ -231,6 +223,4 @@ def test_partners_add_takes_a_batch_policy(env: dict[str, str], capsys: pytest.C
     code, _, error = run(capsys, "partners", "add", "--name", "P", "--url", "http://127.0.0.1:9/h",
                          "--batch-events", "room.claimed")  # fmt: skip
     assert code != 0
-    assert [(item["field"], item["code"]) for item in error["errors"]] == [
-        ("batch.events.0", "not_batchable")
-    ]
+    assert [(item["field"], item["code"]) for item in error["errors"]] == [("batch.events.0", "not_batchable")]

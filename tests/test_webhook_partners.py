@@ -129,15 +129,10 @@ def test_onboarding_validation(make_client: Any, body: dict[str, Any], errors: l
 def test_onboarding_body_must_be_json(make_client: Any) -> None:
     """Form bodies are 415; an empty body is 400."""
     with make_client(**settings()) as client:
-        form = client.post(
-            "/admin/partners",
-            content=b"name=P&url=x",
-            headers={**AUTH, "content-type": "application/x-www-form-urlencoded"},
-        )
+        form = client.post("/admin/partners", content=b"name=P&url=x", headers={
+            **AUTH, "content-type": "application/x-www-form-urlencoded"})
         assert form.status == 415
-        empty = client.post(
-            "/admin/partners", content=b"", headers={**AUTH, "content-type": "application/json"}
-        )
+        empty = client.post("/admin/partners", content=b"", headers={**AUTH, "content-type": "application/json"})
         assert empty.status == 400
 
 
@@ -251,9 +246,7 @@ async def _stored_secrets(client: Any) -> int:
         return int((await conn.execute(select(func.count()).select_from(partner_secrets))).scalar_one())
 
 
-def test_an_expired_secret_is_deleted_from_the_database(
-    make_client: Any, clock: Any, database_url: str
-) -> None:
+def test_an_expired_secret_is_deleted_from_the_database(make_client: Any, clock: Any, database_url: str) -> None:
     """Once its overlap has ended, an old secret is not kept: the next claim deletes it."""
     options = settings(secret_rotation_overlap=600)
     with Receiver() as receiver, make_client(database_url=database_url, **options) as client:

@@ -139,7 +139,9 @@ async def test_guarded_resolver_refuses_forbidden_answers() -> None:
 def test_onboarding_refuses_every_forbidden_class(make_client: Any, address: str, why: str) -> None:
     """POST /admin/partners answers 400 on the url for each internal address class."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        response = client.post("/admin/partners", json={"name": "P", "url": _url_for(address)}, headers=AUTH)
+        response = client.post(
+            "/admin/partners", json={"name": "P", "url": _url_for(address)}, headers=AUTH
+        )
         assert response.status == 400, why
         assert response.json == {
             "ok": False,
@@ -157,7 +159,9 @@ def test_onboarding_refuses_every_forbidden_class(make_client: Any, address: str
 def test_onboarding_refuses_a_name_resolving_to_a_private_address(make_client: Any) -> None:
     """A host name is resolved at onboarding; one pointing inside is refused, a public one accepted."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        client.app.ctx.resolve = fake_dns({"internal.example": ["10.0.0.5"], "partner.example": [PUBLIC]})
+        client.app.ctx.resolve = fake_dns(
+            {"internal.example": ["10.0.0.5"], "partner.example": [PUBLIC]}
+        )
         refused = client.post(
             "/admin/partners", json={"name": "P", "url": "https://internal.example/h"}, headers=AUTH
         )
@@ -220,9 +224,7 @@ def test_names_and_dotted_quads_still_parse(host: str) -> None:
 def test_onboarding_refuses_numeric_host_forms(make_client: Any, host: str) -> None:
     """POST /admin/partners answers 400 on the url for every non-standard IPv4 spelling."""
     with make_client(**settings(webhook_allow_private_urls=False)) as client:
-        response = client.post(
-            "/admin/partners", json={"name": "P", "url": f"https://{host}/h"}, headers=AUTH
-        )
+        response = client.post("/admin/partners", json={"name": "P", "url": f"https://{host}/h"}, headers=AUTH)
     assert (response.status_code, response.json) == (
         400,
         {
@@ -262,10 +264,9 @@ def connection_recorder() -> Iterator[tuple[int, list[Any]]]:
 
 def test_a_stored_numeric_host_is_never_connected_to(make_client: Any, clock: Any) -> None:
     """A partner URL stored before the rule (a numeric host) fails each attempt without connecting."""
-    with (
-        connection_recorder() as (port, accepted),
-        make_client(**settings(webhook_allow_private_urls=False)) as client,
-    ):
+    with connection_recorder() as (port, accepted), make_client(
+        **settings(webhook_allow_private_urls=False)
+    ) as client:
         engine = client.app.ctx.engine
 
         async def store_partners() -> None:

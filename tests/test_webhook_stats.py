@@ -40,16 +40,7 @@ async def _fill(engine: AsyncEngine, clock: ManualClock, rows: list[tuple[str, s
         )  # fmt: skip
         await conn.execute(
             insert(events),
-            [
-                {
-                    "id": "evt_1",
-                    "kind": "room.claimed",
-                    "dedupe_key": "k",
-                    "payload": "{}",
-                    "occurred_at": start,
-                    "created_at": start,
-                }
-            ],
+            [{"id": "evt_1", "kind": "room.claimed", "dedupe_key": "k", "payload": "{}", "occurred_at": start, "created_at": start}],
         )
         await conn.execute(
             insert(deliveries),
@@ -95,9 +86,7 @@ async def test_the_scrape_reads_the_partial_index(engine: AsyncEngine, database_
             # An empty test table is cheapest to read whole; forbid that to see the index path.
             await conn.execute(text("SET LOCAL enable_seqscan = off"))
             plan = [row[0] for row in await conn.execute(text(f"EXPLAIN {statement}"))]
-    assert any(
-        "ix_deliveries_claimable" in line or "ix_deliveries_partner_claimable" in line for line in plan
-    ), plan
+    assert any("ix_deliveries_claimable" in line or "ix_deliveries_partner_claimable" in line for line in plan), plan
     assert not any("ix_deliveries_partner_id" in line for line in plan), plan
 
 
@@ -106,9 +95,7 @@ def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(metrics.render().decode())
         for sample in family.samples
-        if sample.name.startswith(
-            ("service_webhook_queue", "service_webhook_deliveries", "service_webhook_oldest")
-        )
+        if sample.name.startswith(("service_webhook_queue", "service_webhook_deliveries", "service_webhook_oldest"))
     }
 
 
@@ -132,13 +119,9 @@ def test_outbox_gauges_follow_the_latest_scrape(clock: ManualClock) -> None:
         ("service_webhook_oldest_waiting_seconds", (("partner", "ptn_a"),)): 90.0,
         ("service_webhook_oldest_waiting_seconds", (("partner", "ptn_b"),)): 0.0,
     }
-    metrics.set_outbox(
-        OutboxStats({DeliveryStatus.PENDING: 0, DeliveryStatus.DELIVERING: 0}, {"ptn_b": Waiting()}), clock()
-    )
+    metrics.set_outbox(OutboxStats({DeliveryStatus.PENDING: 0, DeliveryStatus.DELIVERING: 0}, {"ptn_b": Waiting()}), clock())
     assert {labels for _, labels in _samples(metrics)} == {
-        (("status", "pending"),),
-        (("status", "delivering"),),
-        (("partner", "ptn_b"),),
+        (("status", "pending"),), (("status", "delivering"),), (("partner", "ptn_b"),)
     }
 
 
@@ -149,9 +132,7 @@ def test_outbox_gauges_follow_the_latest_scrape(clock: ManualClock) -> None:
          {("ptn_a", "delivered"): 2.0, ("ptn_b", "retry"): 1.0}),
     ],
 )  # fmt: skip
-def test_attempts_are_counted_by_partner_and_outcome(
-    calls: list[tuple[str, ...]], expected: dict[Any, float]
-) -> None:
+def test_attempts_are_counted_by_partner_and_outcome(calls: list[tuple[str, ...]], expected: dict[Any, float]) -> None:
     """inc(counter, partner, outcome) counts each partner's outcomes apart."""
     metrics = Metrics()
     for labels in calls:

@@ -40,12 +40,8 @@ class Monotonic:
 
 @asynccontextmanager
 async def serving(
-    database_url: str,
-    clock: ManualClock,
-    *,
-    heartbeat: Beat | None = None,
-    monotonic: Callable[[], float] | None = None,
-    metrics: Metrics | None = None,
+    database_url: str, clock: ManualClock, *, heartbeat: Beat | None = None,
+    monotonic: Callable[[], float] | None = None, metrics: Metrics | None = None,
 ) -> AsyncIterator[Callable[[str], Any]]:
     """The worker's app on a free loopback port; yields ``get(path) -> (status, body)``."""
     engine = create_engine(database_url)
@@ -79,21 +75,11 @@ async def serving(
     [
         (0.25, 200, {"ok": True, "sinceTurn": 0.25}),
         (15.0, 200, {"ok": True, "sinceTurn": 15.0}),  # five poll intervals and one database wait
-        (
-            15.5,
-            503,
-            {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 15.5},
-        ),
-        (
-            3600.0,
-            503,
-            {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 3600.0},
-        ),
+        (15.5, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 15.5}),
+        (3600.0, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 3600.0}),
     ],
 )
-async def test_healthz_follows_the_loops_turns(
-    sqlite_url: str, clock: ManualClock, quiet: float, status: int, body: Any
-) -> None:
+async def test_healthz_follows_the_loops_turns(sqlite_url: str, clock: ManualClock, quiet: float, status: int, body: Any) -> None:
     """Alive while the loop turned within the last few poll intervals; 503 once it is stuck."""
     monotonic = Monotonic(1000.0)
     async with serving(sqlite_url, clock, heartbeat=Beat(1000.0 - quiet), monotonic=monotonic) as get:
@@ -119,18 +105,14 @@ async def test_a_stuck_loop_is_seen_without_waiting(sqlite_url: str, clock: Manu
         (UNREACHABLE, 503, {"ok": False, "message": "The database is not reachable.", "database": "down"}),
     ],
 )
-async def test_readyz_is_the_databases(
-    sqlite_url: str, clock: ManualClock, url: str | None, status: int, body: Any
-) -> None:
+async def test_readyz_is_the_databases(sqlite_url: str, clock: ManualClock, url: str | None, status: int, body: Any) -> None:
     """Ready while the database answers, 503 when it cannot be reached."""
     async with serving(url or sqlite_url, clock) as get:
         answer = await get("/readyz")
     assert answer[:2] == (status, body)
 
 
-def test_metrics_carry_attempts_by_partner_and_the_outbox(
-    make_client: Any, database_url: str, clock: ManualClock
-) -> None:
+def test_metrics_carry_attempts_by_partner_and_the_outbox(make_client: Any, database_url: str, clock: ManualClock) -> None:
     """Prometheus text: the worker's attempts by partner and outcome, and what waits per partner."""
     with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
         partner = onboard(client, receiver.url())
@@ -152,10 +134,7 @@ async def _scrape_and_check(database_url: str, clock: ManualClock, partner_id: s
         for sample in family.samples
     }
     assert samples[("service_webhook_attempts_total", (("outcome", "retry"), ("partner", partner_id)))] == 1.0
-    assert (
-        samples[("service_webhook_attempts_total", (("outcome", "delivered"), ("partner", partner_id)))]
-        == 1.0
-    )
+    assert samples[("service_webhook_attempts_total", (("outcome", "delivered"), ("partner", partner_id)))] == 1.0
     assert samples[("service_webhook_deliveries_waiting", (("partner", partner_id),))] == 1.0
     assert samples[("service_webhook_oldest_waiting_seconds", (("partner", partner_id),))] == 30.0
     assert samples[("service_webhook_queue_depth", (("status", "pending"),))] == 1.0

@@ -40,14 +40,9 @@ def test_fifty_hanging_partners_leave_room_for_a_healthy_one(tmp_path: Path) -> 
                 for number in range(HANGING):
                     body = {"name": f"Hanging {number}", "url": hanging.url(f"/hang/{number}")}
                     assert admin.post("/admin/partners", json=body).status_code == 201
-                assert (
-                    admin.post("/admin/partners", json={"name": "Healthy", "url": healthy.url()}).status_code
-                    == 201
-                )
+                assert admin.post("/admin/partners", json={"name": "Healthy", "url": healthy.url()}).status_code == 201
                 began = time.monotonic()
-                for number in range(
-                    CAP
-                ):  # every partner gets CAP deliveries: the hanging ones fill their caps
+                for number in range(CAP):  # every partner gets CAP deliveries: the hanging ones fill their caps
                     assert admin.post("/admin/events", json=milestone(value=number)).status_code == 202
                 arrived = healthy.wait_for(lambda requests: len(requests) >= CAP, timeout=TIMEOUT / 2)
                 took = time.monotonic() - began

@@ -177,9 +177,8 @@ def run(workdir: Path, plan: Plan, postgres: str | None, redis: str | None) -> R
             report.numbers["answered 200 but missing"] = len(accepted - stored)
             report.check(not accepted - stored, f"all {len(accepted)} registrations answered 200 are stored")
             delivered = partner.wait_for(
-                lambda requests: (
-                    set(log.published) <= {json.loads(request.body).get("eventId") for request in requests}
-                ),
+                lambda requests: set(log.published)
+                <= {json.loads(request.body).get("eventId") for request in requests},
                 timeout=RESUMES_WITHIN,
             )
             report.numbers["events accepted (202)"] = len(log.published)

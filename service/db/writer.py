@@ -47,7 +47,9 @@ PARAMETERS = ("email", "email_key", "intent", "project", "message", "created_at"
 
 
 # SQLAlchemy's default text for SQLite's DATETIME; ``isoformat`` writes the same characters.
-SQLITE_DATETIME = "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+SQLITE_DATETIME = (
+    "%(year)04d-%(month)02d-%(day)02d %(hour)02d:%(minute)02d:%(second)02d.%(microsecond)06d"
+)
 
 
 def _sqlite_storage_format(dialect: Dialect) -> str | None:

@@ -300,7 +300,9 @@ def register(group: Any) -> None:
     update.add_argument("--name", help="the partner's name, shown in listings")
     update.add_argument("--url", help="https endpoint that receives signed deliveries")
     update.add_argument("--events", help="comma-separated event kinds, or all")
-    update.add_argument("--max-in-flight", metavar="N", help="its own cap on attempts in flight, or default")
+    update.add_argument(
+        "--max-in-flight", metavar="N", help="its own cap on attempts in flight, or default"
+    )
     update.set_defaults(run=cmd_update)
     delete = commands.add_command(
         partner_commands,
