@@ -299,7 +299,7 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
             result = await outbox.publish_event(engine, payload, now=now)  # type: ignore[arg-type]
             worker.wake.set()
             published[result.event_id] = started
-            while worker.logged == before:  # settled: delivered and logged; the queue is empty again
+            while worker.logged == before:  # delivered and logged; the queue is empty again
                 await asyncio.sleep(0.001)
             await asyncio.sleep(0.005)
     finally:

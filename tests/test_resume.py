@@ -104,9 +104,7 @@ def test_resume_on_an_open_circuit_delivers_the_held_backlog_at_once(database_ur
     assert {d["deliveredAt"] for d in listed} == {"2026-06-29T12:00:00.000000Z"}
 
 
-def test_a_failed_resume_probe_reopens_without_doubling(
-    make_client: Any, database_url: str, clock: Any
-) -> None:
+def test_a_failed_resume_probe_reopens_without_doubling(make_client: Any, database_url: str, clock: Any) -> None:
     """A probe the operator asked for that fails re-opens the circuit for the cool-down it had
     (60 s here, after one failed probe doubled 30 s), where a timed probe's failure doubles it."""
     options = settings(

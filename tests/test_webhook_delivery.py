@@ -112,12 +112,7 @@ def test_retries_keep_the_delivery_id_and_body(make_client: Any, clock: Any) -> 
         stamps = [int(r.headers["x-service-timestamp"]) for r in receiver.requests]
         assert stamps == sorted(set(stamps))  # fresh on every attempt
         for request in receiver.requests:
-            verify(
-                request.headers,
-                request.body,
-                partner["secret"],
-                now=float(request.headers["x-service-timestamp"]),
-            )
+            verify(request.headers, request.body, partner["secret"], now=float(request.headers["x-service-timestamp"]))
 
         [delivery] = deliveries(client)
         assert delivery["status"] == "delivered"
@@ -226,11 +221,7 @@ def test_redirects_are_not_followed(make_client: Any) -> None:
         drain(client)
         assert [r.path for r in receiver.requests] == ["/hook"]
         attempt = deliveries(client)[0]["attempts"][0]
-        assert (attempt["statusCode"], attempt["errorClass"], attempt["outcome"]) == (
-            302,
-            "redirect",
-            "retry",
-        )
+        assert (attempt["statusCode"], attempt["errorClass"], attempt["outcome"]) == (302, "redirect", "retry")
 
 
 def test_a_slow_partner_times_out(make_client: Any) -> None:
@@ -241,11 +232,7 @@ def test_a_slow_partner_times_out(make_client: Any) -> None:
         publish(client, room_claimed())
         drain(client)
         attempt = deliveries(client)[0]["attempts"][0]
-        assert (attempt["statusCode"], attempt["errorClass"], attempt["outcome"]) == (
-            None,
-            "timeout",
-            "retry",
-        )
+        assert (attempt["statusCode"], attempt["errorClass"], attempt["outcome"]) == (None, "timeout", "retry")
         assert 250 <= attempt["durationMs"] < 600
 
 
@@ -292,11 +279,7 @@ def test_a_hostile_answer_head_is_a_failed_attempt(make_client: Any, headers: di
         assert drain(client) == 1
         [delivery] = deliveries(client)
         [attempt] = delivery["attempts"]
-        assert (delivery["status"], attempt["errorClass"], attempt["statusCode"]) == (
-            "pending",
-            "protocol",
-            None,
-        )
+        assert (delivery["status"], attempt["errorClass"], attempt["statusCode"]) == ("pending", "protocol", None)
         publish(client, room_claimed("second"))  # the next answer is an ordinary 200
         assert drain(client) == 1
         assert sorted(d["status"] for d in deliveries(client)) == ["delivered", "pending"]
@@ -400,11 +383,7 @@ def test_deliveries_listing_filters(make_client: Any) -> None:
         bad = client.get("/admin/deliveries", params={"status": "lost"}, headers=AUTH)
         assert bad.status == 400
         assert bad.json["errors"] == [
-            {
-                "field": "status",
-                "code": "invalid",
-                "message": "Must be one of: pending, delivering, delivered, failed, batching, batched, cancelled.",
-            }
+            {"field": "status", "code": "invalid", "message": "Must be one of: pending, delivering, delivered, failed, batching, batched, cancelled."}
         ]
 
 

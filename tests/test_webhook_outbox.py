@@ -78,11 +78,7 @@ def test_publish_needs_a_json_object(make_client: Any, raw: bytes, status: int, 
             "/admin/events", content=raw, headers={**AUTH, "content-type": "application/json"}
         )
         assert response.status == status
-        assert response.json["errors"][0] == {
-            "field": "body",
-            "code": code,
-            "message": response.json["errors"][0]["message"],
-        }
+        assert response.json["errors"][0] == {"field": "body", "code": code, "message": response.json["errors"][0]["message"]}
 
 
 def test_a_repeated_dedupe_key_delivers_nothing_new(make_client: Any) -> None:
@@ -104,9 +100,7 @@ def test_a_repeated_dedupe_key_delivers_nothing_new(make_client: Any) -> None:
         assert first["eventId"].startswith("evt_")
         assert drain(client) == 3
         assert sorted(r.headers["x-service-event"] for r in receiver.requests) == [
-            "room.claimed",
-            "room.claimed",
-            "room.upgraded",
+            "room.claimed", "room.claimed", "room.upgraded"
         ]
 
 
@@ -220,7 +214,9 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                 attempts = (await conn.execute(
                     select(delivery_attempts.c.delivery_id, delivery_attempts.c.attempt)
                 )).all()  # fmt: skip
-                statuses = Counter((await conn.execute(select(deliveries_table.c.status))).scalars().all())
+                statuses = Counter(
+                    (await conn.execute(select(deliveries_table.c.status))).scalars().all()
+                )
                 stored = await conn.scalar(select(func.count()).select_from(events))
         finally:
             await setup.dispose()
