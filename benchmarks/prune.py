@@ -88,7 +88,7 @@ async def one_round(
 ) -> Round:
     engine, settings = await delivery.setup(database_url, base)
     try:
-        await settled_rows(engine, args.logged, args.rooms)
+        await settled_rows(engine, args.settled, args.rooms)
         await delivery.backlog(engine, args.backlog)
         worker = delivery._worker(engine, settings, CONCURRENCY)
         await worker.start()
@@ -134,7 +134,7 @@ async def run(args: argparse.Namespace, base: str, database_url: str) -> int:
         window = with_pruning.prune_seconds
         rounds += [with_pruning, await one_round(args, base, database_url, False, window)]
     backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
-    print(f"{args.logged} settled deliveries past the retention ({args.rooms} rooms), duty {args.duty:g}, "
+    print(f"{args.settled} settled deliveries past the retention ({args.rooms} rooms), duty {args.duty:g}, "
           f"backlog {args.backlog} pending, concurrency {CONCURRENCY}, {backend}; "
           "rounds alternate with/without pruning")  # fmt: skip
     print("round  pruning  window s  drained/s  pruned")
