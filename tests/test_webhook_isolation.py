@@ -158,6 +158,40 @@ def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url
     assert asyncio.run(scenario()) == [[12, 3], [0], [4, 1], [0], [1, 1]]
 
 
+def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock: Any) -> None:
+    """Depth is earned: a claim naming one partner deep takes its depth for that one and the free
+    slots only for the other; naming none gives everyone their slots, and the default (None) gives
+    everyone the depth."""
+
+    async def scenario() -> list[dict[str, int]]:
+        engine = create_engine(database_url)
+        targets = [("fast", "https://fast.example/hook", 2), ("slow", "https://slow.example/hook", 2)]
+        await _setup(engine, clock, targets, 20, fixed_keyring())
+        async with engine.begin() as conn:
+            ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
+        seen = []
+        for holder, deep in (("a", {ids["fast"]}), ("b", set()), ("c", None)):
+            async with engine.begin() as conn:
+                jobs = await claim_due(
+                    conn,
+                    now=clock(),
+                    limit=100,
+                    lease=timedelta(seconds=30),
+                    default_cap=8,
+                    keyring=fixed_keyring(),
+                    holder=holder,
+                    depth=3,
+                    deep=deep,
+                )
+            names = {partner_id: name for name, partner_id in ids.items()}
+            seen.append({name: sum(names[job.partner_id] == name for job in jobs) for name in ids})
+            clock.advance(31)  # every claim so far has run out
+        await engine.dispose()
+        return seen
+
+    assert asyncio.run(scenario()) == [{"fast": 6, "slow": 2}, {"fast": 2, "slow": 2}, {"fast": 6, "slow": 6}]
+
+
 def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
     """A partner with a large backlog does not crowd out another: a small claim takes from both."""
 

@@ -15,7 +15,10 @@ claimed partners' secrets once per claim.
 job its partner's *slots*: the partner's cap less the live claims other holders have on it. The
 holder sends at most that many of the partner's deliveries at once (``service.webhooks.lanes``),
 and may claim up to ``depth`` times its slots (at most ``MAX_AHEAD`` beyond them), so a partner
-answering quickly finds its next delivery already in hand. The cap still holds across workers:
+answering quickly finds its next delivery already in hand. Depth is earned: a claim names the
+partners it may claim ahead for (``deep``, the worker's partners whose deliveries have just gone
+through), and every other partner gets its slots only, so a partner that hangs or fails holds no
+parked leases. The cap still holds across workers:
 another holder's slots are what the cap leaves after this holder's claimed rows, which are never
 fewer than its attempts in flight (docs/architecture.md, "Slots"). A circuit that is not closed
 gets no depth: its probe goes alone.
@@ -23,12 +26,28 @@ gets no depth: its probe goes alone.
 
 from __future__ import annotations
 
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import Integer, String, bindparam, case, delete, func, literal_column, select, true, update
+from sqlalchemy import (
+    ARRAY,
+    Boolean,
+    Integer,
+    String,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal_column,
+    or_,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
@@ -143,6 +162,19 @@ def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
     return f"{head} CROSS JOIN {right} ON {tail}"
 
 
+def _deep(postgres: bool) -> Any:
+    """Whether the partner may be claimed ahead: every partner (``b_all_deep``), or those named in
+    ``b_deep``, bound as one value so the statement keeps one shape (an array on PostgreSQL, a
+    JSON array on SQLite)."""
+    if postgres:
+        named = partners.c.id == any_(bindparam("b_deep", type_=ARRAY(String())))
+    else:
+        named = partners.c.id.in_(
+            select(literal_column("value")).select_from(func.json_each(bindparam("b_deep", type_=String())))
+        )
+    return or_(bindparam("b_all_deep", type_=Boolean()), named)
+
+
 def _claim_statement(postgres: bool) -> Any:
     """Due deliveries of active partners, each partner served in turn and held to its cap.
 
@@ -163,7 +195,8 @@ def _claim_statement(postgres: bool) -> Any:
     slots = _slots(claimed)
     # Rows this claim may add: a closed circuit's slots times the depth (never more than MAX_AHEAD
     # beyond the slots), a probe's one slot; less what the holder already has.
-    ahead = slots * (bindparam("b_depth", type_=Integer()) - 1)
+    depth = case((_deep(postgres), bindparam("b_depth", type_=Integer())), else_=1)
+    ahead = slots * (depth - 1)
     ahead = case((ahead > MAX_AHEAD, MAX_AHEAD), else_=ahead)
     held = slots + case((partners.c.circuit_open_until.is_(None), ahead), else_=0)
     headroom = held - func.coalesce(claimed.c.mine, 0)
@@ -326,10 +359,12 @@ async def claim_due(
     token: str | None = None,
     holder: str | None = None,
     depth: int = 1,
+    deep: Collection[str] | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap,
     for ``holder`` (a worker run; one of its own when not given), up to ``depth`` times each
-    partner's slots.
+    partner's slots for the partners in ``deep`` (every partner when None), up to its slots for
+    the others.
 
     Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
     worker died; it goes out again under the same attempt number, as no attempt was logged).
@@ -348,6 +383,8 @@ async def claim_due(
         "b_cap": default_cap,
         "b_holder": holder or token,
         "b_depth": depth,
+        "b_all_deep": deep is None,
+        "b_deep": _named(conn.dialect.name, deep or ()),
     }
     claim = _CLAIM[conn.dialect.name]
     taken = (await conn.execute(claim, params)).rowcount
@@ -384,6 +421,11 @@ async def claim_due(
             )
         )
     return jobs
+
+
+def _named(dialect: str, partner_ids: Collection[str]) -> Any:
+    """Partner ids as ``_deep`` binds them on ``dialect``."""
+    return list(partner_ids) if dialect == "postgresql" else json.dumps(list(partner_ids))
 
 
 async def release(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:
