@@ -250,7 +250,7 @@ def delivery_rows(backend: backends.Backend, args: argparse.Namespace) -> list[r
         baseline_cpu_us=float(min(plain for plain, _ in cpus)) if cpus else None,
         peak_mib=peak_mib,
         note="python -m benchmarks.delivery: the service's worker (claim, sign, POST, log each attempt "
-        "durably) against a plain aiohttp client POSTing the same bodies to the same receiver; best "
+        "durably) against a plain aiohttp client POSTing the same requests to the same receiver; best "
         "of its rounds; CPU is its process's per message; memory is sender, worker and receiver",
     )
     delay = report.Row(

@@ -3,7 +3,8 @@
 A receiver process on loopback answers every POST with 200 at once and notes when each event
 arrived. Then, in this process:
 
-1. plain: an aiohttp client posts N event bodies to it at ``concurrency`` connections;
+1. plain: an aiohttp client posts the same N requests to it (the same bodies and headers, signed
+   before the timing starts) at ``concurrency`` connections;
 2. service: N events for one partner are stored in the outbox (not timed), and the delivery worker
    drains them with the same concurrency: claim, sign, POST, log every attempt durably;
 3. latency: with the queue empty and the worker running, events are published one at a time and
@@ -24,7 +25,7 @@ rounds alternating, the best of each counting. The target: batched at least 5x u
 With ``--like-for-like DELIVERIES`` it measures partners held to their caps instead: a backlog of
 DELIVERIES deliveries for one partner at cap 16, one at cap 64, and ten partners at the default cap
 8, each drained by the worker (its own default concurrency) against a plain aiohttp client posting
-the same bodies to the same receiver at the partners' summed caps (16, 64, 80), alternating for
+the same requests to the same receiver at the partners' summed caps (16, 64, 80), alternating for
 ``--rounds`` in the same run. The aim: at least 0.9 of the plain client's rate; the floor 0.5.
 
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
@@ -184,23 +185,41 @@ def _now() -> datetime:
 # --- 1. the plain client ----------------------------------------------------------------------
 
 
-def plain_bodies(count: int) -> list[bytes]:
-    """The bodies the service would send for the same events, built before any timing."""
+# The plain client's signatures are made once, before any timing, with this secret (32 bytes 0..31).
+PLAIN_SECRET = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="  # noqa: S105 - a bench key
+
+
+def plain_requests(count: int) -> list[tuple[bytes, dict[str, str]]]:
+    """The requests the service would send for the same events, built before any timing: the same
+    bodies, and the same headers (both signatures, the delivery's ids, the user agent), so both
+    sides put the same bytes on the wire."""
     from service.events import parse_event
-    from service.webhooks.outbox import encode_payload
+    from service.webhooks.outbox import encode_payload, new_delivery_id
+    from service.webhooks.send import USER_AGENT
+    from service.webhooks.signing import signature_headers
 
     now = _now()
-    return [encode_payload(parse_event(event(i, "plain"), now=now)).encode() for i in range(count)]
+    requests = []
+    for index in range(count):
+        body = encode_payload(parse_event(event(index, "plain"), now=now)).encode()
+        headers = signature_headers(
+            event="room.trending",
+            delivery_id=new_delivery_id(),
+            body=body,
+            secrets=[PLAIN_SECRET],
+            timestamp=int(now.timestamp()),
+        )
+        requests.append((body, {**headers, "Content-Type": "application/json", "User-Agent": USER_AGENT}))
+    return requests
 
 
-async def plain(base: str, bodies: list[bytes], concurrency: int) -> float:
-    """Seconds for a bare aiohttp client to POST ``bodies`` at ``concurrency``."""
-    queue = iter(bodies)
-    headers = {"Content-Type": "application/json"}
+async def plain(base: str, requests: list[tuple[bytes, dict[str, str]]], concurrency: int) -> float:
+    """Seconds for a bare aiohttp client to POST ``requests`` at ``concurrency``."""
+    queue = iter(requests)
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as session:
 
         async def post_all() -> None:
-            for body in queue:
+            for body, headers in queue:
                 async with session.post(f"{base}/hook", data=body, headers=headers) as response:
                     await response.read()
                     assert response.status == 200
@@ -414,15 +433,16 @@ async def capped_rate(
 
 async def run_like_for_like(args: argparse.Namespace, base: str, database_url: str) -> int:
     """Each case against a plain client at the same concurrency, alternating for a few rounds on the
-    same receiver with the same bodies; the best of each side counts."""
+    same receiver with the same requests; the best of each side counts."""
     from service import collector
 
     collector.tune()
     events = args.like_for_like
-    bodies = plain_bodies(events)
+    requests = plain_requests(events)
     backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
     print(f"like for like: a backlog of {events} deliveries drained by the worker (its default concurrency) "
-          f"against a plain aiohttp client posting the same bodies at the partners' summed caps, {backend}, "
+          f"against a plain aiohttp client posting the same requests at the partners' summed caps, {backend},"
+          " "
           f"{args.rounds} rounds (plain and service alternate)")  # fmt: skip
     ok = True
     async with aiohttp.ClientSession() as session:
@@ -430,7 +450,7 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
             rounds: list[tuple[float, float]] = []
             for _ in range(args.rounds):
                 await session.post(f"{base}/reset")
-                plain_rate = events / await plain(base, bodies, case.concurrency)
+                plain_rate = events / await plain(base, requests, case.concurrency)
                 service_rate = await capped_rate(database_url, base, session, case, events, args.depth)
                 rounds.append((plain_rate, service_rate))
             best_plain = max(plain for plain, _ in rounds)
@@ -565,9 +585,9 @@ async def one_round(
     from service.db.tables import delivery_attempts
 
     await session.post(f"{base}/reset")
-    bodies = plain_bodies(args.events)
+    requests = plain_requests(args.events)
     cpu = time.process_time()
-    plain_seconds = await plain(base, bodies, args.concurrency)
+    plain_seconds = await plain(base, requests, args.concurrency)
     plain_cpu = time.process_time() - cpu
     await session.post(f"{base}/reset")
 
