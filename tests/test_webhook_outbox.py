@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import threading
 from collections import Counter
 from datetime import timedelta
 from functools import partial
@@ -180,10 +181,13 @@ def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: A
 
 
 def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock: Any) -> None:
-    """N workers, each with its own engine, drain M events x 2 partners: one attempt per delivery."""
-    workers, event_count = 4, 60
+    """N workers, each with its own engine, drain M events x 2 partners: one attempt per delivery.
+    Answers wait until more requests have arrived than one worker can have in flight, so the work
+    is shared whichever worker wins the database first."""
+    workers, event_count, concurrency = 4, 60, 5
     # Caps high enough for every worker to find work at once: this test is about sharing it.
     config = Settings(database_url=database_url, webhook_max_in_flight=100, **settings())
+    release = threading.Event()
 
     async def scenario(receiver: Receiver) -> None:
         setup = create_engine(database_url)
@@ -198,12 +202,18 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
                 )
             engines = [create_engine(database_url) for _ in range(workers)]
             crew = [
-                wiring.worker(engine, config, clock=clock, rng=random.Random(n), concurrency=5)
+                wiring.worker(engine, config, clock=clock, rng=random.Random(n), concurrency=concurrency)
                 for n, engine in enumerate(engines)
             ]
             for worker in crew:
                 await worker.open()
-            counts = await asyncio.gather(*(worker.drain() for worker in crew))
+            drains = asyncio.gather(*(worker.drain() for worker in crew))
+            more_than_one = await asyncio.to_thread(
+                receiver.wait_for, lambda requests: len(requests) > concurrency, 20
+            )
+            release.set()
+            counts = await drains
+            assert more_than_one, "no worker but one sent anything"
             for worker in crew:
                 await worker.close()
             for engine in engines:
@@ -226,7 +236,7 @@ def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock:
         assert {attempt for _, attempt in attempts} == {1}
         assert len({delivery_id for delivery_id, _ in attempts}) == 2 * event_count
 
-    with Receiver() as receiver:
+    with Receiver(default=Reply(hold=release)) as receiver:
         asyncio.run(scenario(receiver))
         sent = Counter(request.headers["x-service-delivery"] for request in receiver.requests)
         assert len(sent) == 2 * event_count
