@@ -106,6 +106,24 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
     assert asyncio.run(scenario()) == [3, 0, 0, 3]
 
 
+async def _claim_ahead(
+    engine: Any, clock: Any, holder: str, *, depth: int, lease: timedelta, deep: set[str] | None = None
+) -> list[Job]:
+    """One claim of up to 100 by ``holder``, ``depth`` times the slots for ``deep`` (None: all)."""
+    async with engine.begin() as conn:
+        return await claim_due(
+            conn,
+            now=clock(),
+            limit=100,
+            lease=lease,
+            default_cap=8,
+            keyring=fixed_keyring(),
+            holder=holder,
+            depth=depth,
+            deep=deep,
+        )
+
+
 def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url: str, clock: Any) -> None:
     """A holder claims up to depth times its slots; another holder's slots are what the cap leaves
     after the first one's claimed rows, so the two never send more than the cap at once; a probe
@@ -120,17 +138,7 @@ def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url
         await _setup(engine, clock, [("capped", "https://partner.example/hook", 3)], 40, fixed_keyring())
 
         async def claim(holder: str) -> list[Job]:
-            async with engine.begin() as conn:
-                return await claim_due(
-                    conn,
-                    now=clock(),
-                    limit=100,
-                    lease=lease,
-                    default_cap=8,
-                    keyring=fixed_keyring(),
-                    holder=holder,
-                    depth=4,
-                )
+            return await _claim_ahead(engine, clock, holder, depth=4, lease=lease)
 
         seen = []
         first = await claim("worker-a")
@@ -169,21 +177,10 @@ def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock:
         await _setup(engine, clock, targets, 20, fixed_keyring())
         async with engine.begin() as conn:
             ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
+        names = {partner_id: name for name, partner_id in ids.items()}
         seen = []
         for holder, deep in (("a", {ids["fast"]}), ("b", set()), ("c", None)):
-            async with engine.begin() as conn:
-                jobs = await claim_due(
-                    conn,
-                    now=clock(),
-                    limit=100,
-                    lease=timedelta(seconds=30),
-                    default_cap=8,
-                    keyring=fixed_keyring(),
-                    holder=holder,
-                    depth=3,
-                    deep=deep,
-                )
-            names = {partner_id: name for name, partner_id in ids.items()}
+            jobs = await _claim_ahead(engine, clock, holder, depth=3, lease=timedelta(seconds=30), deep=deep)
             seen.append({name: sum(names[job.partner_id] == name for job in jobs) for name in ids})
             clock.advance(31)  # every claim so far has run out
         await engine.dispose()

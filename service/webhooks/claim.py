@@ -175,6 +175,11 @@ def _deep(postgres: bool) -> Any:
     return or_(bindparam("b_all_deep", type_=Boolean()), named)
 
 
+def _named(dialect: str, partner_ids: Collection[str]) -> Any:
+    """Partner ids as ``_deep`` binds them on ``dialect``."""
+    return list(partner_ids) if dialect == "postgresql" else json.dumps(list(partner_ids))
+
+
 def _claim_statement(postgres: bool) -> Any:
     """Due deliveries of active partners, each partner served in turn and held to its cap.
 
@@ -421,11 +426,6 @@ async def claim_due(
             )
         )
     return jobs
-
-
-def _named(dialect: str, partner_ids: Collection[str]) -> Any:
-    """Partner ids as ``_deep`` binds them on ``dialect``."""
-    return list(partner_ids) if dialect == "postgresql" else json.dumps(list(partner_ids))
 
 
 async def release(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:
