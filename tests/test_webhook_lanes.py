@@ -39,6 +39,26 @@ def test_a_finished_attempt_passes_its_slot_to_the_partners_next_job_at_once() -
     assert lane.parked == 0
 
 
+def test_a_delivered_job_hands_its_slot_to_the_partners_next_job_for_the_same_sender() -> None:
+    """The sender that finished takes the next job itself: nothing is let out, the slot stays out."""
+    lane, out = lanes()
+    lane.add([Job("a1"), Job("a2"), Job("a3"), Job("a4", slots=1)], start_by=9.0)
+    assert out == ["a1"]  # the last claim's one slot holds
+    lane.add([Job("a5", slots=2)], start_by=7.0)
+    assert out == ["a1", "a2"]
+    handed = lane.hand_on("a")
+    assert handed is not None and handed[1].name == "a3"
+    assert (out, lane.out("a"), lane.parked) == (["a1", "a2"], 2, 2)
+    lane.add([Job("a6", slots=1)], start_by=8.0)  # another worker took a slot meanwhile
+    assert lane.hand_on("a") is None  # two out, one slot: it is not passed on
+    assert (out, lane.out("a"), lane.parked) == (["a1", "a2"], 1, 3)
+    handed = lane.hand_on("a")
+    assert handed is not None and handed == (9.0, Job("a4", slots=1))
+    assert [lane.hand_on("a"), lane.hand_on("a")] == [(7.0, Job("a5", slots=2)), (8.0, Job("a6", slots=1))]
+    assert lane.hand_on("a") is None  # nothing left: the lane is forgotten
+    assert (lane.out("a"), lane.parked) == (0, 0)
+
+
 def test_the_start_by_moment_travels_with_each_job() -> None:
     started: list[tuple[float, Job]] = []
     lane: Lanes[Job] = Lanes(started.append)

@@ -4,7 +4,8 @@ A claim hands the worker more of a partner's due deliveries than the partner may
 (``claim.claim_due`` with ``depth``), each job carrying the partner's slots: how many of its
 attempts this worker may have in flight at once, as of that claim. The lane lets a job out to the
 senders while the partner has a free slot and parks the rest; when an attempt ends, its slot goes
-at once to the next parked job. So a partner at its cap stays at its cap while its lane holds
+at once to the next parked job (after a delivered attempt, ``hand_on`` gives that job to the
+sender that finished, to send itself). So a partner at its cap stays at its cap while its lane holds
 work, with no database round trip between one attempt and the next: the worker tops lanes up in
 its next turn, while the senders go on.
 
@@ -75,6 +76,17 @@ class Lanes(Generic[J]):
             lane.failed += 1
         self._fill(lane)
         self._forget_if_empty(partner_id, lane)
+
+    def hand_on(self, partner_id: str) -> tuple[float, J] | None:
+        """A job let out has been delivered: its slot goes to the partner's next parked job, which
+        is returned (with its start-by moment) for the caller to send itself, in place of letting
+        it out; None when none waits or the slot is no longer the partner's (as ``done``)."""
+        lane = self._lanes[partner_id]
+        if lane.parked and lane.out + lane.failed <= lane.slots:
+            self.parked -= 1
+            return lane.parked.popleft()
+        self.done(partner_id)
+        return None
 
     def reopen(self, partner_ids: Iterable[str]) -> None:
         """The partners' failed attempts are logged (and their circuits still let them send): the

@@ -353,10 +353,14 @@ class Worker:
     async def _send(self) -> None:
         """One sender: take the next claimed delivery, attempt it, hand its record over; repeat."""
         loop = asyncio.get_running_loop()
+        handed: tuple[float, Job] | None = None  # the partner's next job, after a delivered one
         while True:
-            start_by, job = await self._jobs.get()
-            if not self._jobs.qsize() and pacing.decide(self._moment(), self.pace).now:
-                self._nudge.set()  # the queue ran dry: claim more now
+            if handed is None:
+                start_by, job = await self._jobs.get()
+                if not self._jobs.qsize() and pacing.decide(self._moment(), self.pace).now:
+                    self._nudge.set()  # the queue ran dry: claim more now
+            else:
+                (start_by, job), handed = handed, None
             if self._stopping or loop.time() > start_by:
                 self._expired.append(job)  # its lease could run out mid-attempt: never send it
                 self.lanes.done(job.partner_id)
@@ -373,9 +377,12 @@ class Worker:
                 continue
             finally:
                 self._in_flight -= 1
-                # Its slot goes to the partner's next job, or after a failure waits for the turn.
-                delivered = record is not None and record.outcome is AttemptOutcome.DELIVERED
-                self.lanes.done(job.partner_id, ok=delivered)
+                # Its slot goes to the partner's next job, sent by this sender (no hand-over
+                # through the queue), or after a failure waits for the turn.
+                if record is not None and record.outcome is AttemptOutcome.DELIVERED:
+                    handed = self.lanes.hand_on(job.partner_id)
+                else:
+                    self.lanes.done(job.partner_id, ok=False)
             first = not self._records
             if first:
                 self._first_record_at = loop.time()
