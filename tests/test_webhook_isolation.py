@@ -244,6 +244,78 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
     assert sorted(set(excerpts), key=str) == ["bad\ufffdnews\ufffd[31m!\ufffd\ufffd", "ok"]
 
 
+def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
+    database_url: str, clock: Any
+) -> None:
+    """However many attempts a turn logs, they go in as one INSERT, and every value comes back as
+    it was: text that quotes, escapes or looks like JSON paths, any Unicode, no answer at all, and
+    start times to the microsecond."""
+    from sqlalchemy import event
+
+    from service.states import AttemptOutcome
+    from service.webhooks.breaker import BreakerPolicy
+
+    excerpts = ['"quoted" and \\back\\slash', "ünïcødé ✓ 🚀", "$[0] [1, \"x\"] {}", "'; --", None]
+
+    async def scenario() -> tuple[list[bool], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        engine = create_engine(database_url)
+        await _setup(engine, clock, [("logged", "https://partner.example/hook", None)], 5, fixed_keyring())
+        async with engine.begin() as conn:
+            jobs = await claim_due(
+                conn, now=clock(), limit=5, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+            )
+        records = [
+            Settlement(
+                job,
+                clock() + timedelta(microseconds=123457 * number),
+                number,
+                None if excerpt is None else 500 + number,
+                "timeout" if excerpt is None else f"http_{500 + number}",
+                excerpt,
+                AttemptOutcome.RETRY,
+                clock(),
+                clock() + timedelta(minutes=1),
+            )
+            for number, (job, excerpt) in enumerate(zip(jobs, excerpts, strict=True))
+        ]
+        inserts: list[bool] = []  # each INSERT: whether the driver ran it row by row (executemany)
+
+        def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
+            if statement.lstrip().upper().startswith("INSERT"):
+                inserts.append(many)
+
+        event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        async with engine.begin() as conn:
+            await settle.record(conn, records, breaker=BreakerPolicy())
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+        names = "delivery_id event_id event partner_id attempt started_at duration_ms status_code"
+        columns = [delivery_attempts.c[name] for name in f"{names} error_class response_excerpt outcome".split()]
+        async with engine.connect() as conn:
+            stored = [tuple(row) for row in await conn.execute(select(*columns).order_by(delivery_attempts.c.id))]
+        await engine.dispose()
+        expected = [
+            (
+                record.job.delivery_id,
+                record.job.event_id,
+                record.job.kind,
+                record.job.partner_id,
+                record.job.attempt,
+                record.started_at,
+                record.duration_ms,
+                record.status_code,
+                record.error_class,
+                record.response_excerpt,
+                "retry",
+            )
+            for record in records
+        ]
+        return inserts, stored, expected
+
+    inserts, stored, expected = asyncio.run(scenario())
+    assert inserts == [False]
+    assert sorted(stored, key=str) == sorted(expected, key=str)
+
+
 def test_a_row_the_database_refuses_is_stored_without_it(
     postgres_database: str, clock: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -15,12 +15,25 @@ Delivery states: ``pending`` (waiting, or its partner is paused) -> ``delivering
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import ARRAY, String, any_, bindparam, literal_column, null, update
+from sqlalchemy import (
+    ARRAY,
+    Dialect,
+    String,
+    any_,
+    bindparam,
+    func,
+    insert,
+    literal_column,
+    null,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import UTCDateTime, deliveries, delivery_attempts
@@ -75,7 +88,40 @@ def decide(
     )
 
 
-_LOG_ATTEMPTS = delivery_attempts.insert()
+# What an attempt's log row holds, in order.
+_LOGGED = (
+    "delivery_id",
+    "event_id",
+    "event",
+    "partner_id",
+    "attempt",
+    "started_at",
+    "duration_ms",
+    "status_code",
+    "error_class",
+    "response_excerpt",
+    "outcome",
+)
+
+
+# A turn's attempts are logged in one statement of one shape, whatever their number: PostgreSQL
+# takes one array per column (unnest), SQLite one JSON array of rows (json_each). Row by row, as an
+# executemany, SQLite's driver thread gave the interpreter lock back and waited to take it again
+# for every row while the senders held it: a turn of 256 attempts spent some 50 ms there, and the
+# senders ran out of claimed work before it ended (benchmarks/delivery.py --like-for-like).
+def _log_statement(postgres: bool) -> Any:
+    columns = [delivery_attempts.c[name] for name in _LOGGED]
+    if postgres:
+        arrays = [bindparam(f"b_{column.name}", type_=ARRAY(column.type)) for column in columns]
+        rows = func.unnest(*arrays).table_valued(*_LOGGED).render_derived()
+        chosen = select(*(rows.c[name] for name in _LOGGED))
+    else:
+        rows = func.json_each(bindparam("b_rows", type_=String())).table_valued("value")
+        chosen = select(*(func.json_extract(rows.c.value, f"$[{at}]") for at in range(len(_LOGGED))))
+    return insert(delivery_attempts).from_select(columns, chosen)
+
+
+_LOG_ATTEMPTS = {name: _log_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
 
 
 # Delivered attempts, the common case, are settled in one statement per batch, found by primary
@@ -133,7 +179,7 @@ async def record(
     their partners, read under a lock on each partner's row (``partners.lock_standing``)."""
     if not records:
         return []
-    await conn.execute(_LOG_ATTEMPTS, [_log_row(record) for record in records])
+    await conn.execute(_LOG_ATTEMPTS[conn.dialect.name], _log_params(conn.dialect, records))
     delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
@@ -196,20 +242,33 @@ async def _follow_batches(conn: AsyncConnection, records: Sequence[Settlement]) 
         await conn.execute(_FOLLOW, follow)
 
 
-def _log_row(record: Settlement) -> dict[str, Any]:
-    return {
-        "delivery_id": record.job.delivery_id,
-        "event_id": record.job.event_id,
-        "event": record.job.kind,
-        "partner_id": record.job.partner_id,
-        "attempt": record.job.attempt,
-        "started_at": record.started_at,
-        "duration_ms": record.duration_ms,
-        "status_code": record.status_code,
-        "error_class": record.error_class,
-        "response_excerpt": record.response_excerpt,
-        "outcome": record.outcome,
-    }
+def _log_row(record: Settlement, started_at: Any) -> tuple[Any, ...]:
+    """An attempt's log row, its values in ``_LOGGED`` order."""
+    job = record.job
+    return (
+        job.delivery_id,
+        job.event_id,
+        job.kind,
+        job.partner_id,
+        job.attempt,
+        started_at,
+        record.duration_ms,
+        record.status_code,
+        record.error_class,
+        record.response_excerpt,
+        str(record.outcome),
+    )
+
+
+def _log_params(dialect: Dialect, records: Sequence[Settlement]) -> dict[str, Any]:
+    """The log statement's parameters: an array per column (PostgreSQL), or every row in one JSON
+    document (SQLite), its start time as text the way the column's own type stores it."""
+    if dialect.name == "postgresql":
+        columns = zip(*(_log_row(record, record.started_at) for record in records), strict=True)
+        return {f"b_{name}": list(values) for name, values in zip(_LOGGED, columns, strict=True)}
+    stored = delivery_attempts.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
+    assert stored is not None  # UTCDateTime: naive UTC, as SQLite's DATETIME text
+    return {"b_rows": json.dumps([_log_row(record, stored(record.started_at)) for record in records])}
 
 
 def effects(
