@@ -142,6 +142,29 @@ def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
+def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.delivery --like-for-like DELIVERIES` drains each case (every delivery
+    posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
+    each round's ratio and their median."""
+    from benchmarks import delivery
+
+    delivery.main(["--like-for-like", "160", "--rounds", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("like for like: a backlog of 160 deliveries")
+    cases = lines[1:-1]
+    assert [line.split(":")[0].strip() for line in cases] == [str(case) for case in delivery.LIKE_FOR_LIKE]
+    for line in cases:
+        plain = float(line.split("/s, service")[0].rsplit(" ", 1)[1])
+        service = float(line.split("/s: ratio")[0].rsplit(" ", 1)[1])
+        ratio = float(line.split("ratio ")[1].split(" ")[0])
+        rounds = line.split("(rounds ")[1].split(", median")[0].split(", ")
+        assert plain > 0 and service > 0 and ratio == pytest.approx(service / plain, abs=0.006)
+        assert len(rounds) == 2 and "median" in line
+    assert lines[-1] in ("PASS", "BELOW TARGET")
+
+
 @pytest.mark.slow
 def test_prune_benchmark_prints_a_row_per_round(capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m benchmarks.prune` at tiny sizes: a row per round, with and without pruning in turn,
