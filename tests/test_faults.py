@@ -20,14 +20,28 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import event, func, select
 from sqlalchemy.engine import make_url
 
-from service.db.engine import migrate
+from service.clock import ManualClock
+from service.db import engine as db_engine
+from service.db.engine import create_engine, migrate
+from service.settings import Settings
+from service.webhooks import wiring
+from service.webhooks.claim import CLAIM_LOCK
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.faultproxy import SilentProxy
 from tests.processes import free_port, kill, start_server, wait_ready
 from tests.scratch import admin_execute
-from tests.webhook_helpers import ADMIN_TOKEN, AUTH, TEST_SECRETS_KEY, Receiver, room_claimed
+from tests.webhook_helpers import (
+    ADMIN_TOKEN,
+    AUTH,
+    TEST_SECRETS_KEY,
+    Receiver,
+    fixed_keyring,
+    room_claimed,
+    settings,
+)
 
 # What the design asks of a silent link (README "Faults and slow clients").
 READY_FALLS_WITHIN = 15.0  # /readyz says 503 this soon after the link goes silent
@@ -81,6 +95,7 @@ class Server:
     """`python -m service serve` in a child process, and an HTTP client for it."""
 
     def __init__(self, env: dict[str, str], log: Path | None = None) -> None:
+        self.log = log
         self.port = free_port()
         self.process = start_server(self.port, env, log=log)
         self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=70.0)
@@ -95,6 +110,9 @@ class Server:
         self.http.close()
         if self.process.poll() is None:
             kill(self.process)
+        if self.log is not None and self.log.exists():
+            # pytest shows what a test printed only when it fails: the server's own account then.
+            print("".join(self.log.read_text(errors="replace").splitlines(keepends=True)[-80:]))
 
 
 def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: str, tmp_path: Path) -> None:
@@ -164,6 +182,57 @@ def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: 
             server.close()
         stored = asyncio.run(_stored_emails(scratch_postgres))
         assert accepted <= stored, f"answered 200 but not stored: {accepted - stored}"
+
+
+def test_a_turn_cut_off_by_a_silent_link_frees_the_claim_lock_within_seconds(
+    scratch_postgres: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The link goes silent in the middle of a worker's turn, just after it took the claim lock every
+    worker takes. Its session on the server sits idle in that transaction, holding the lock;
+    PostgreSQL ends it once it has idled the worker's brief bound (2 s here), not the 35 s every
+    session gets, and another worker can claim again."""
+    bound = 2.0
+    monkeypatch.setattr(db_engine, "BRIEF_IDLE_IN_TRANSACTION_MS", int(bound * 1000))
+    config = Settings(database_url=scratch_postgres, **settings())
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
+        cut_at: list[float] = []
+
+        def silence_once_locked(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            if "pg_advisory_xact_lock" in statement and not cut_at:
+                proxy.silence()
+                cut_at.append(time.monotonic())
+
+        async def claim_lock_free(engine: Any) -> bool:
+            async with engine.begin() as conn:
+                return bool(await conn.scalar(select(func.pg_try_advisory_xact_lock(CLAIM_LOCK))))
+
+        async def scenario() -> tuple[bool, float | None]:
+            through = create_engine(
+                _through(scratch_postgres, proxy), bounded=True, connect_args={"command_timeout": 0.5, "timeout": 0.5}
+            )
+            direct = create_engine(scratch_postgres)
+            event.listen(through.sync_engine, "after_cursor_execute", silence_once_locked)
+            worker = wiring.worker(through, config, clock=ManualClock(), keyring=fixed_keyring(), poll_interval=3600)
+            await worker.start()
+            try:
+                while not cut_at:  # the worker's first turn takes the lock as it claims
+                    await asyncio.sleep(0.01)
+                held = not await claim_lock_free(direct)
+                deadline = cut_at[0] + 15.0
+                while time.monotonic() < deadline:
+                    if await claim_lock_free(direct):
+                        return held, time.monotonic() - cut_at[0]
+                    await asyncio.sleep(0.05)
+                return held, None
+            finally:
+                await worker.stop(grace=0)
+                await through.dispose()
+                await direct.dispose()
+
+        held, freed_after = asyncio.run(scenario())
+    assert held, "the silent link did not leave the claim lock held"
+    assert freed_after is not None, "the claim lock was still held 15 s after the link went silent"
+    assert bound <= freed_after < bound + 3.0
 
 
 def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_postgres: str, tmp_path: Path) -> None:

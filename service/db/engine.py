@@ -17,14 +17,15 @@ import os
 import socket
 import sqlite3
 import stat
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import event, text
+from sqlalchemy import bindparam, event, func, select, text
 from sqlalchemy.engine import URL, ExceptionContext, make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from service.db.faults import timed_out
@@ -54,6 +55,15 @@ POSTGRESQL_SERVER_SETTINGS = {
     "tcp_keepalives_interval": "6",
     "tcp_keepalives_count": "5",
 }
+# A transaction of the delivery worker idles between its statements only while its event loop runs
+# other tasks: milliseconds. Yet it holds what every worker waits for: the claim lock, its
+# deliveries' and partners' row locks. When the link goes silent in the middle of one, PostgreSQL
+# ends the session after this long idle and frees them, not after the 35 s every session gets, so
+# the other workers (and this one, once the link heals) claim again within seconds.
+BRIEF_IDLE_IN_TRANSACTION_MS = 5_000
+_BOUND_IDLE = select(
+    func.set_config("idle_in_transaction_session_timeout", bindparam("b_idle_ms"), True)
+)
 
 
 def async_url(database_url: str) -> URL:
@@ -160,6 +170,17 @@ def _timed_out_is_disconnect(context: ExceptionContext) -> None:
     # SQLAlchemy closes it and the pool opens a fresh one (also when the pool's pre-ping timed out).
     if timed_out(context.original_exception):
         context.is_disconnect = True
+
+
+@contextlib.asynccontextmanager
+async def brief_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """``engine.begin()`` for a transaction that never waits on anything but the database (the
+    worker's): on PostgreSQL a session left idle in it longer than ``BRIEF_IDLE_IN_TRANSACTION_MS``
+    is ended by the server, whatever became of its client."""
+    async with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            await conn.execute(_BOUND_IDLE, {"b_idle_ms": str(BRIEF_IDLE_IN_TRANSACTION_MS)})
+        yield conn
 
 
 def alembic_config(database_url: str) -> Config:

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, delete, exists, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from service.db.engine import brief_transaction
 from service.db.rooms import ROOM_KINDS, room_of
 from service.db.tables import deliveries, delivery_attempts, events
 from service.states import SETTLED
@@ -124,7 +125,7 @@ async def _prune_deliveries(
             ids = list(await conn.scalars(select(deliveries.c.id).where(old).limit(batch)))
         if not ids:
             return
-        async with _held(lock), engine.begin() as conn:
+        async with _held(lock), brief_transaction(engine) as conn:
             doomed = deliveries.c.id.in_(ids) & old
             if conn.dialect.name == "postgresql":
                 # Lock them, so nothing requeues one between its attempts' deletion and its own.
@@ -188,7 +189,7 @@ async def _prune_events(
         after = rows[-1]
         doomed = [event_id for _, event_id in rows if event_id not in kept]
         if doomed:
-            async with _held(lock), engine.begin() as conn:
+            async with _held(lock), brief_transaction(engine) as conn:
                 gone = await conn.execute(
                     delete(events).where(
                         events.c.id.in_(doomed), events.c.created_at < cutoff, _no_delivery()

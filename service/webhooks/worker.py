@@ -54,6 +54,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
+from service.db.engine import brief_transaction
 from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
@@ -420,7 +421,7 @@ class Worker:
         if not records and not expired and not claim:
             return 0, []
         try:
-            async with self._db_lock, self.engine.begin() as conn:
+            async with self._db_lock, brief_transaction(self.engine) as conn:
                 effects = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
@@ -460,7 +461,7 @@ class Worker:
         for record in records:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
-                    async with self._db_lock, self.engine.begin() as conn:
+                    async with self._db_lock, brief_transaction(self.engine) as conn:
                         effects = await settle.record(conn, [attempt], breaker=self.breaker)
                         await partners.apply(conn, effects, now=self.clock())
                 except Exception as error:
