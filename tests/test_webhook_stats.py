@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from sqlalchemy import insert, text
+from sqlalchemy import insert, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.clock import ManualClock
@@ -87,7 +87,36 @@ async def test_the_scrape_reads_the_partial_index(engine: AsyncEngine, database_
             await conn.execute(text("SET LOCAL enable_seqscan = off"))
             plan = [row[0] for row in await conn.execute(text(f"EXPLAIN {statement}"))]
     assert any("ix_deliveries_claimable" in line or "ix_deliveries_partner_claimable" in line for line in plan), plan
-    assert not any("ix_deliveries_partner_id" in line for line in plan), plan
+    assert not any("ix_deliveries_partner_created" in line for line in plan), plan
+
+
+async def _plan(conn: Any, database_url: str, statement: str) -> list[str]:
+    if database_url.startswith("sqlite"):
+        return [row[-1] for row in await conn.execute(text(f"EXPLAIN QUERY PLAN {statement}"))]
+    await conn.execute(text("SET LOCAL enable_seqscan = off"))  # an empty table is cheapest read whole
+    return [row[0] for row in await conn.execute(text(f"EXPLAIN {statement}"))]
+
+
+async def test_a_batchs_members_and_a_partners_rows_are_found_through_the_leaner_indexes(
+    engine: AsyncEngine, database_url: str
+) -> None:
+    """Migration 0012 made ix_deliveries_batch_id partial (members only) and dropped the index of
+    partner_id alone: both databases still find a batch's members through the partial index (the
+    settle's follow-up, a requeue, the listing's counts) and a partner's rows through
+    ix_deliveries_partner_created, never by reading the table."""
+    members = {
+        "UPDATE deliveries SET status = 'delivered' WHERE batch_id = 'dlv_x' AND status = 'batched'",
+        "SELECT id FROM deliveries WHERE batch_id = 'dlv_x'",
+        "SELECT batch_id, count(*) FROM deliveries WHERE batch_id IN ('dlv_x', 'dlv_y') GROUP BY batch_id",
+    }
+    async with engine.connect() as conn:
+        for statement in members:
+            plan = await _plan(conn, database_url, statement)
+            assert any("ix_deliveries_batch_id" in line for line in plan), (statement, plan)
+        plan = await _plan(conn, database_url, "SELECT id FROM deliveries WHERE partner_id = 'ptn_a' LIMIT 1")
+        assert any("ix_deliveries_partner_created" in line for line in plan), plan
+        names = await conn.run_sync(lambda sync: {index["name"] for index in inspect(sync).get_indexes("deliveries")})
+    assert "ix_deliveries_partner_id" not in names
 
 
 def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -157,7 +157,8 @@ Index(
     sqlite_where=CLAIMABLE_WHERE,
     postgresql_where=CLAIMABLE_WHERE,
 )
-Index("ix_deliveries_partner_id", deliveries.c.partner_id)
+# No index of partner_id alone: ix_deliveries_partner_created (below) leads with it, and each index
+# on the whole table costs every claim and every settle an entry (migration 0012).
 # An event's deliveries: retention asks whether an event has any left, and deleting an event checks
 # its foreign key here (migration 0008).
 Index("ix_deliveries_event_id", deliveries.c.event_id)
@@ -183,7 +184,9 @@ Index(
     sqlite_where=BATCHING,
     postgresql_where=BATCHING,
 )
-Index("ix_deliveries_batch_id", deliveries.c.batch_id)
+# A batch's members, found from their batch (only members have a batch_id; migration 0012).
+BATCHED = text("batch_id IS NOT NULL")
+Index("ix_deliveries_batch_id", deliveries.c.batch_id, sqlite_where=BATCHED, postgresql_where=BATCHED)
 # Each partner's deliveries whose schedule is spent, counted by every metrics scrape
 # (service_webhook_failed_deliveries) and requeued by an admin retry (migration 0009).
 FAILED = text("status = 'failed'")

@@ -32,7 +32,7 @@ class OutboxStats(NamedTuple):
 
 # Every row has a next_attempt_at after this, so the range below changes no answer; it gives
 # SQLite's planner a range on the partial index's column, and SQLite then reads that index instead
-# of walking ix_deliveries_partner_id over the whole table for the GROUP BY (on 2,000,000 delivered
+# of walking a partner_id index over the whole table for the GROUP BY (on 2,000,000 delivered
 # rows and 2,000 waiting: 4 to 6 s a scrape without it, 4 ms with it). PostgreSQL reads the partial
 # index either way (1.2 ms there). A test holds both plans to the index.
 _EVER = datetime(1, 1, 1, tzinfo=UTC)
