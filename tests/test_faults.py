@@ -235,6 +235,50 @@ def test_a_turn_cut_off_by_a_silent_link_frees_the_claim_lock_within_seconds(
     assert bound <= freed_after < bound + 3.0
 
 
+def test_after_a_silent_link_heals_one_dead_pooled_connection_costs_one_wait_not_one_failure_each(
+    scratch_postgres: str,
+) -> None:
+    """Connections pooled before a link went silent stay dead after it heals. The first checkout's
+    ping waits its command timeout on one of them; that ping counts as a disconnect, so the pool
+    drops every connection as old and the checkout goes on with a new one: each use after the heal
+    succeeds, and only the first waits (not one failed request per dead connection)."""
+    timeout = 0.5
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
+
+        async def scenario() -> tuple[list[bool], float]:
+            engine = create_engine(
+                _through(scratch_postgres, proxy),
+                bounded=True,
+                connect_args={"command_timeout": timeout, "timeout": timeout},
+            )
+            try:
+
+                async def use() -> bool:
+                    try:
+                        async with engine.connect() as conn:
+                            return await conn.scalar(select(1)) == 1
+                    except Exception:
+                        return False
+
+                async def hold() -> None:  # three connections at once: the pool keeps three
+                    async with engine.connect() as conn:
+                        await conn.execute(select(func.pg_sleep(0.05)))
+
+                await asyncio.gather(hold(), hold(), hold())
+                assert engine.pool.checkedin() == 3  # type: ignore[attr-defined]
+                proxy.silence()
+                proxy.heal()
+                began = time.monotonic()
+                answers = [await use() for _ in range(3)]
+                return answers, time.monotonic() - began
+            finally:
+                await engine.dispose()
+
+        answers, took = asyncio.run(scenario())
+    assert answers == [True, True, True]
+    assert took < 3 * timeout  # one ping's wait, then fresh connections
+
+
 def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_postgres: str, tmp_path: Path) -> None:
     """SIGTERM ends the server within the attempt timeout plus its margin while the link is silent."""
     with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:

@@ -17,14 +17,14 @@ import os
 import socket
 import sqlite3
 import stat
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import bindparam, event, func, select, text
-from sqlalchemy.engine import URL, ExceptionContext, make_url
+from sqlalchemy.engine import URL, Dialect, ExceptionContext, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -161,15 +161,48 @@ def create_engine(database_url: str, *, bounded: bool = False, **options: Any) -
     options.setdefault("pool_pre_ping", True)
     engine = create_async_engine(url, **options)
     event.listen(engine.sync_engine, "handle_error", _timed_out_is_disconnect)
+    # Two of the dialect's documented hooks, set on this engine's dialect only: see each function.
+    engine.dialect.do_ping = _ping_timeout_is_an_error(engine.dialect)  # type: ignore[method-assign,assignment]
+    engine.dialect.do_terminate = _terminate_at_once  # type: ignore[method-assign]
     return engine
 
 
 def _timed_out_is_disconnect(context: ExceptionContext) -> None:
     # asyncpg leaves a connection whose command timed out waiting on a cancel request, which a
     # silent link never answers: every later use would wait behind it. Counted as a disconnect,
-    # SQLAlchemy closes it and the pool opens a fresh one (also when the pool's pre-ping timed out).
+    # SQLAlchemy closes it and the pool opens a fresh one.
     if timed_out(context.original_exception):
         context.is_disconnect = True
+
+
+def _ping_timeout_is_an_error(dialect: Dialect) -> Callable[[Any], bool]:
+    """The dialect's pre-ping, with a ping that timed out raised as the driver's error.
+
+    asyncpg's timeout is a bare ``TimeoutError``, which SQLAlchemy's pre-ping passes straight to the
+    caller: each connection pooled before a link went silent would fail one use after the link
+    healed, ten seconds each. As the driver's error it reaches ``_timed_out_is_disconnect``, the
+    pool drops every connection as old as that one, and the checkout goes on with a new one.
+    """
+    ping = dialect.do_ping
+
+    def do_ping(dbapi_connection: Any) -> bool:
+        try:
+            return ping(dbapi_connection)
+        except TimeoutError as error:
+            raise dialect.loaded_dbapi.OperationalError("the pre-ping timed out") from error
+
+    return do_ping
+
+
+def _terminate_at_once(dbapi_connection: Any) -> None:
+    """Close a connection the pool gave up on (it failed, or is older than a failure) at once.
+
+    SQLAlchemy's own terminate first tries a graceful close and gives it 2 s, which a connection
+    on a silent link spends in full: after the link healed, each connection pooled before it would
+    hold up a checkout for 2 s. A failed connection owes the server no goodbye; PostgreSQL ends the
+    session when its socket closes.
+    """
+    dbapi_connection.driver_connection.terminate()
 
 
 @contextlib.asynccontextmanager
