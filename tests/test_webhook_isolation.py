@@ -50,6 +50,37 @@ async def _setup(
         )
 
 
+async def _claimed(engine: Any, clock: Any, partner: str, count: int) -> list[Job]:
+    """``count`` deliveries for one new partner, claimed."""
+    await _setup(engine, clock, [(partner, "https://partner.example/hook", None)], count, fixed_keyring())
+    async with engine.begin() as conn:
+        return await claim_due(
+            conn, now=clock(), limit=count, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
+        )
+
+
+async def _recorded(engine: Any, records: list[Settlement], statement: str) -> list[bool]:
+    """``settle.record`` the records in one transaction; for each statement it ran that starts
+    with ``statement``, whether the driver ran it row by row (executemany)."""
+    from sqlalchemy import event
+
+    from service.webhooks.breaker import BreakerPolicy
+
+    ran: list[bool] = []
+
+    def seen(conn: Any, cursor: Any, text: str, parameters: Any, context: Any, many: bool) -> None:
+        if text.lstrip().upper().startswith(statement):
+            ran.append(many)
+
+    event.listen(engine.sync_engine, "before_cursor_execute", seen)
+    try:
+        async with engine.begin() as conn:
+            await settle.record(conn, records, breaker=BreakerPolicy())
+    finally:
+        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+    return ran
+
+
 @pytest.mark.parametrize("hanging", [1, 10])
 def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock: Any, hanging: int) -> None:
     """With K partners that never answer in time, a healthy partner still gets every event at once,
@@ -250,20 +281,14 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
     """However many attempts a turn logs, they go in as one INSERT, and every value comes back as
     it was: text that quotes, escapes or looks like JSON paths, any Unicode, no answer at all, and
     start times to the microsecond."""
-    from sqlalchemy import event
 
     from service.states import AttemptOutcome
-    from service.webhooks.breaker import BreakerPolicy
 
     excerpts = ['"quoted" and \\back\\slash', "ünïcødé ✓ 🚀", "$[0] [1, \"x\"] {}", "'; --", None]
 
     async def scenario() -> tuple[list[bool], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("logged", "https://partner.example/hook", None)], 5, fixed_keyring())
-        async with engine.begin() as conn:
-            jobs = await claim_due(
-                conn, now=clock(), limit=5, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
-            )
+        jobs = await _claimed(engine, clock, "logged", 5)
         records = [
             Settlement(
                 job,
@@ -278,16 +303,7 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
             )
             for number, (job, excerpt) in enumerate(zip(jobs, excerpts, strict=True))
         ]
-        inserts: list[bool] = []  # each INSERT: whether the driver ran it row by row (executemany)
-
-        def seen(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, many: bool) -> None:
-            if statement.lstrip().upper().startswith("INSERT"):
-                inserts.append(many)
-
-        event.listen(engine.sync_engine, "before_cursor_execute", seen)
-        async with engine.begin() as conn:
-            await settle.record(conn, records, breaker=BreakerPolicy())
-        event.remove(engine.sync_engine, "before_cursor_execute", seen)
+        inserts = await _recorded(engine, records, "INSERT")
         columns = [column for column in delivery_attempts.c if column.name != "id"]  # in table order
         async with engine.connect() as conn:
             stored = [tuple(row) for row in await conn.execute(select(*columns).order_by(delivery_attempts.c.id))]
@@ -313,6 +329,64 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
     inserts, stored, expected = asyncio.run(scenario())
     assert inserts == [False]
     assert sorted(stored, key=str) == sorted(expected, key=str)
+
+
+def test_a_turns_retries_and_failures_settle_in_one_statement_and_spare_a_claim_taken_since(
+    database_url: str, clock: Any
+) -> None:
+    """Attempts that did not deliver settle their deliveries in one UPDATE, each with its own state
+    and next attempt to the microsecond; a delivery another worker claimed since (another token)
+    is left as that worker holds it."""
+    from sqlalchemy import update
+
+    from service.db.tables import deliveries
+    from service.states import AttemptOutcome
+
+    outcomes = [AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.PAUSED, AttemptOutcome.RETRY]
+
+    async def scenario() -> tuple[list[bool], dict[str, tuple[Any, ...]], list[Settlement]]:
+        engine = create_engine(database_url)
+        jobs = await _claimed(engine, clock, "failing", 4)
+        records = [
+            Settlement(
+                job,
+                clock(),
+                number,
+                500,
+                "http_500",
+                "no",
+                outcome,
+                clock() + timedelta(microseconds=7 * number),
+                clock() + timedelta(minutes=number, microseconds=123457) if outcome is AttemptOutcome.RETRY else None,
+            )
+            for number, (job, outcome) in enumerate(zip(jobs, outcomes, strict=True))
+        ]
+        stolen = records[-1].job.delivery_id  # its lease ran out and another worker claimed it
+        async with engine.begin() as conn:
+            await conn.execute(update(deliveries).where(deliveries.c.id == stolen).values(claim_token="other"))
+        updates = await _recorded(engine, records, "UPDATE DELIVERIES")
+        columns = (
+            deliveries.c.id,
+            deliveries.c.status,
+            deliveries.c.next_attempt_at,
+            deliveries.c.attempts,
+            deliveries.c.claim_token,
+            deliveries.c.claimed_until,
+            deliveries.c.updated_at,
+        )
+        async with engine.connect() as conn:
+            rows = {row[0]: tuple(row[1:]) for row in await conn.execute(select(*columns))}
+        await engine.dispose()
+        return updates, rows, records
+
+    updates, rows, records = asyncio.run(scenario())
+    assert updates == [False]
+    for record in records[:-1]:
+        due = record.next_attempt_at or record.finished_at
+        status = {"retry": "pending", "failed": "failed", "paused": "pending"}[str(record.outcome)]
+        assert rows[record.job.delivery_id] == (status, due, 1, None, None, record.finished_at)
+    stolen = rows[records[-1].job.delivery_id]
+    assert (stolen[0], stolen[2], stolen[3]) == ("delivering", 0, "other")
 
 
 def test_a_row_the_database_refuses_is_stored_without_it(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -152,19 +152,42 @@ def _mark_delivered_statement(postgres: bool) -> Any:
 
 
 _MARK_DELIVERED = {name: _mark_delivered_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
-_MARK_OUTCOME = (
-    update(deliveries)
-    .where(deliveries.c.id == bindparam("b_id"), deliveries.c.claim_token == bindparam("b_token"))
-    .values(
-        status=bindparam("b_status"),
-        next_attempt_at=bindparam("b_next"),
-        delivered_at=bindparam("b_delivered"),
-        attempts=deliveries.c.attempts + 1,
-        claimed_until=None,
-        claim_token=None,
-        updated_at=bindparam("b_now"),
+# What a retried, failed or paused attempt leaves on its delivery, in order.
+_OUTCOME = ("id", "claim_token", "status", "next_attempt_at", "updated_at")
+
+
+# Retries and failures are settled in one statement of one shape, as the attempt log is: each
+# delivery's own status and next attempt, from one array per column (PostgreSQL) or one JSON array
+# of rows (SQLite), found by primary key and claim token. Row by row, a partner failing every
+# attempt cost each turn one driver round trip per failure. On PostgreSQL the ids come once more as
+# an array, so the plan reads the primary key whatever its estimate of the unnested rows.
+def _mark_outcome_statement(postgres: bool) -> Any:
+    found: list[Any] = []
+    value: dict[str, Any]
+    if postgres:
+        arrays = [bindparam(f"b_{name}", type_=ARRAY(deliveries.c[name].type)) for name in _OUTCOME]
+        rows = func.unnest(*arrays).table_valued(*_OUTCOME).render_derived()
+        value = {name: rows.c[name] for name in _OUTCOME}
+        found.append(deliveries.c.id == any_(arrays[0]))
+    else:
+        rows = func.json_each(bindparam("b_rows", type_=String())).table_valued("value")
+        value = {name: func.json_extract(rows.c.value, f"$[{at}]") for at, name in enumerate(_OUTCOME)}
+    return (
+        update(deliveries)
+        .where(*found, deliveries.c.id == value["id"], deliveries.c.claim_token == value["claim_token"])
+        .values(
+            status=value["status"],
+            next_attempt_at=value["next_attempt_at"],
+            delivered_at=null(),
+            attempts=deliveries.c.attempts + 1,
+            claimed_until=null(),
+            claim_token=null(),
+            updated_at=value["updated_at"],
+        )
     )
-)
+
+
+_MARK_OUTCOME = {name: _mark_outcome_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
 
 
 def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, Change]]:
@@ -193,20 +216,7 @@ async def record(
         )
     others = [record for record in records if record.outcome is not AttemptOutcome.DELIVERED]
     if others:
-        await conn.execute(
-            _MARK_OUTCOME,
-            [
-                {
-                    "b_id": record.job.delivery_id,
-                    "b_token": record.job.claim_token,
-                    "b_status": STATUS_AFTER[record.outcome],
-                    "b_next": record.next_attempt_at or record.finished_at,
-                    "b_delivered": None,
-                    "b_now": record.finished_at,
-                }
-                for record in others
-            ],
-        )
+        await conn.execute(_MARK_OUTCOME[conn.dialect.name], _outcome_params(conn.dialect, others))
     settled_batches = [record for record in records if record.job.batch]
     if settled_batches:
         await _follow_batches(conn, settled_batches)
@@ -269,6 +279,29 @@ def _log_params(dialect: Dialect, records: Sequence[Settlement]) -> dict[str, An
     stored = delivery_attempts.c.started_at.type.dialect_impl(dialect).bind_processor(dialect)
     assert stored is not None  # UTCDateTime: naive UTC, as SQLite's DATETIME text
     return {"b_rows": json.dumps([_log_row(record, stored(record.started_at)) for record in records])}
+
+
+def _outcome_row(record: Settlement, stamp: Callable[[datetime], Any]) -> tuple[Any, ...]:
+    """A delivery's values after an attempt that did not deliver, in ``_OUTCOME`` order."""
+    job = record.job
+    due = record.next_attempt_at or record.finished_at
+    status = str(STATUS_AFTER[record.outcome])
+    return (job.delivery_id, job.claim_token, status, stamp(due), stamp(record.finished_at))
+
+
+def _outcome_params(dialect: Dialect, records: Sequence[Settlement]) -> dict[str, Any]:
+    """The outcome statement's parameters, as ``_log_params`` gives the log's (times as the
+    column's own type stores them, on SQLite)."""
+    if dialect.name == "postgresql":
+        columns = zip(*(_outcome_row(record, _unchanged) for record in records), strict=True)
+        return {f"b_{name}": list(values) for name, values in zip(_OUTCOME, columns, strict=True)}
+    stored = deliveries.c.next_attempt_at.type.dialect_impl(dialect).bind_processor(dialect)
+    assert stored is not None  # UTCDateTime: naive UTC, as SQLite's DATETIME text
+    return {"b_rows": json.dumps([_outcome_row(record, stored) for record in records])}
+
+
+def _unchanged(moment: datetime) -> datetime:
+    return moment
 
 
 def effects(
