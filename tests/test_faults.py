@@ -29,6 +29,7 @@ from service.db.engine import create_engine, migrate
 from service.settings import Settings
 from service.webhooks import wiring
 from service.webhooks.claim import CLAIM_LOCK
+from service.webhooks.notify import Listener, notify
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.faultproxy import SilentProxy
 from tests.processes import free_port, kill, start_server, wait_ready
@@ -277,6 +278,41 @@ def test_after_a_silent_link_heals_one_dead_pooled_connection_costs_one_wait_not
         answers, took = asyncio.run(scenario())
     assert answers == [True, True, True]
     assert took < 3 * timeout  # one ping's wait, then fresh connections
+
+
+def test_a_listener_on_a_link_gone_silent_listens_again_once_it_heals(scratch_postgres: str) -> None:
+    """A silent link ends nothing, so no termination tells the listener its connection is dead. Its
+    ping goes unanswered, it gives that connection up and listens on a new one: a notification
+    sent after the heal wakes it."""
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
+
+        async def scenario() -> bool:
+            through = create_engine(
+                _through(scratch_postgres, proxy), bounded=True, connect_args={"command_timeout": 1, "timeout": 1}
+            )
+            direct = create_engine(scratch_postgres)
+            wake = asyncio.Event()
+            listener = Listener(through, wake, retry_seconds=0.05, ping_seconds=0.2, ping_timeout=0.3)
+            try:
+                await listener.start()
+                await asyncio.wait_for(listener.listening.wait(), timeout=10)
+                first = proxy.connections
+                proxy.silence()
+                proxy.heal()
+                while proxy.connections == first:  # the ping failed: it connects again
+                    await asyncio.sleep(0.01)
+                await asyncio.wait_for(listener.listening.wait(), timeout=10)
+                wake.clear()
+                async with direct.begin() as conn:
+                    await notify(conn)
+                await asyncio.wait_for(wake.wait(), timeout=10)
+                return wake.is_set()
+            finally:
+                await listener.stop()
+                await through.dispose()
+                await direct.dispose()
+
+        assert asyncio.run(asyncio.wait_for(scenario(), timeout=30))
 
 
 def test_sigterm_ends_the_server_within_its_deadline_on_a_silent_link(scratch_postgres: str, tmp_path: Path) -> None:

@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 
 CHANNEL = "service_outbox"
 RETRY_SECONDS = 5.0  # after a lost listening connection; the worker's poll covers the gap
+# A link that went silent ends nothing: no termination comes, and a listener would wait for ever on
+# a connection that hears nothing. Every PING_SECONDS the listening connection must answer a ping
+# within PING_TIMEOUT_SECONDS, or it counts as lost and listening starts again on a new one.
+PING_SECONDS = 30.0
+PING_TIMEOUT_SECONDS = 10.0
 _NOTIFY = select(func.pg_notify(CHANNEL, ""))
 
 
@@ -34,17 +39,26 @@ async def notify(conn: AsyncConnection) -> None:
 class Listener:
     """Sets ``wake`` on every notification, over one connection of ``engine``'s pool.
 
-    The connection is held while listening. When it is lost, listening resumes on a new one after
+    The connection is held while listening, and pinged every ``ping_seconds``. When it is lost (or
+    a ping goes unanswered for ``ping_timeout`` seconds), listening resumes on a new one after
     ``retry_seconds``, and ``wake`` is set on every (re)start, so what was published meanwhile is
     claimed at once. A listener on any other database does nothing.
     """
 
     def __init__(
-        self, engine: AsyncEngine, wake: asyncio.Event, *, retry_seconds: float = RETRY_SECONDS
+        self,
+        engine: AsyncEngine,
+        wake: asyncio.Event,
+        *,
+        retry_seconds: float = RETRY_SECONDS,
+        ping_seconds: float = PING_SECONDS,
+        ping_timeout: float = PING_TIMEOUT_SECONDS,
     ) -> None:
         self._engine = engine
         self._wake = wake
         self._retry_seconds = retry_seconds
+        self._ping_seconds = ping_seconds
+        self._ping_timeout = ping_timeout
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while a connection listens (for tests, health)
 
@@ -81,7 +95,15 @@ class Listener:
             self.listening.set()
             self._wake.set()
             try:
-                await lost.wait()
+                while not lost.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(lost.wait(), self._ping_seconds)
+                        continue
+                    try:
+                        await driver.execute("SELECT 1", timeout=self._ping_timeout)
+                    except Exception:  # a silent link: this connection never goes back to the pool
+                        lost.set()
+                        await conn.invalidate()
             finally:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
