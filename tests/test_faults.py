@@ -139,6 +139,16 @@ def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: 
             accepted: set[str] = set()
             assert server.register("before@example.com") == 200
             accepted.add("before@example.com")
+            # Delivery works before the link goes silent, and the worker has logged it: the link then
+            # goes silent between the worker's turns. A turn cut off in its middle is the case of
+            # test_a_turn_cut_off_by_a_silent_link_frees_the_claim_lock_within_seconds.
+            assert server.http.post("/admin/events", json=room_claimed(), headers=AUTH).status_code == 202
+
+            def logged() -> bool:
+                listed = server.http.get("/admin/deliveries", headers=AUTH).json()["deliveries"]
+                return len(listed) == 1 and listed[0]["status"] == "delivered"
+
+            assert poll(logged, within=RESUMES_WITHIN), "the first delivery was not logged"
 
             proxy.silence()
             silent_at = time.monotonic()
@@ -174,7 +184,7 @@ def test_a_silent_database_link_costs_a_bounded_burst_of_503s(scratch_postgres: 
 
             assert poll(publishes, within=RESUMES_WITHIN - (time.monotonic() - healed_at))
             left = RESUMES_WITHIN - (time.monotonic() - healed_at)
-            assert receiver.wait_for(lambda requests: len(requests) >= 1, timeout=max(left, 0.0)), (
+            assert receiver.wait_for(lambda requests: len(requests) >= 2, timeout=max(left, 0.0)), (
                 "no delivery reached the partner after the heal"
             )
             assert poll(lambda: server.ready().status_code == 200, within=RESUMES_WITHIN)
