@@ -209,7 +209,7 @@ def test_a_turn_cut_off_by_a_silent_link_frees_the_claim_lock_within_seconds(
         cut_at: list[float] = []
 
         def silence_once_locked(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
-            if "pg_advisory_xact_lock" in statement and not cut_at:
+            if "advisory_xact_lock" in statement and not cut_at:
                 proxy.silence()
                 cut_at.append(time.monotonic())
 

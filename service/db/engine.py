@@ -47,8 +47,11 @@ POSTGRESQL_COMMAND_TIMEOUT_S = 10.0
 # transaction is never cut short while its claims hold.
 POSTGRESQL_STATEMENT_TIMEOUT_MS = 35_000
 # TCP keepalives on the server's side of each connection: a client host that vanished is noticed
-# after about a minute (idle 30 s, then 5 probes 6 s apart) and its session ended.
+# after about a minute (idle 30 s, then 5 probes 6 s apart) and its session ended. The name marks
+# the service's own sessions in pg_stat_activity (and for db.locks, which may end one stuck).
+APPLICATION_NAME = "launch-waitlist-service"
 POSTGRESQL_SERVER_SETTINGS = {
+    "application_name": APPLICATION_NAME,
     "statement_timeout": str(POSTGRESQL_STATEMENT_TIMEOUT_MS),
     "idle_in_transaction_session_timeout": str(POSTGRESQL_STATEMENT_TIMEOUT_MS),
     "tcp_keepalives_idle": "30",

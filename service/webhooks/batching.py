@@ -26,6 +26,7 @@ from typing import Any
 from sqlalchemy import and_, bindparam, func, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.db import locks
 from service.db.tables import deliveries, events, partners
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
@@ -155,7 +156,7 @@ async def form_batches(conn: AsyncConnection, *, now: datetime) -> int:
     if not groups:
         return 0
     if conn.dialect.name == "postgresql":
-        await conn.execute(select(func.pg_advisory_xact_lock(FORM_LOCK)))
+        await locks.take(conn, FORM_LOCK)
     made = 0
     for partner_id, kind, waiting, due, policy_text in groups:
         policy = BatchPolicy.loads(policy_text)

@@ -53,6 +53,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
 from ulid import ULID
 
+from service.db import locks
 from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners
 from service.keyring import Keyring, UnreadableSecret
 from service.states import CLAIMABLE, DeliveryStatus, PartnerStatus
@@ -107,7 +108,6 @@ _NOW = bindparam("b_now", type_=UTCDateTime())
 # count a partner's claims at the same moment: the per-partner cap holds across every worker.
 # Claims are one short statement each, so taking them in turn costs little.
 CLAIM_LOCK = 0x5E5E_C1A1
-_CLAIM_LOCK = select(func.pg_advisory_xact_lock(CLAIM_LOCK))
 
 
 _HOLDER = bindparam("b_holder", type_=String())
@@ -379,7 +379,7 @@ async def claim_due(
     token = token or new_claim_token()
     until = now + lease
     if conn.dialect.name == "postgresql":
-        await conn.execute(_CLAIM_LOCK)
+        await locks.take(conn, CLAIM_LOCK)
     params = {
         "b_now": now,
         "b_limit": limit,
