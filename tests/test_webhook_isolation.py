@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,7 +27,9 @@ from service.db.tables import delivery_attempts
 from service.events import parse_event
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
+from service.states import AttemptOutcome
 from service.webhooks import outbox, partners, send, settle, wiring
+from service.webhooks import worker as worker_module
 from service.webhooks.claim import Job, claim_due
 from service.webhooks.partners import NewPartner
 from service.webhooks.settle import Settlement
@@ -159,7 +161,6 @@ def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url
     """A holder claims up to depth times its slots; another holder's slots are what the cap leaves
     after the first one's claimed rows, so the two never send more than the cap at once; a probe
     (half-open circuit) is claimed alone, without depth."""
-    from service.states import AttemptOutcome
     from service.webhooks.breaker import BreakerPolicy
 
     lease = timedelta(seconds=30)
@@ -218,6 +219,33 @@ def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock:
         return seen
 
     assert asyncio.run(scenario()) == [{"fast": 6, "slow": 2}, {"fast": 2, "slow": 2}, {"fast": 6, "slow": 6}]
+
+
+def _finished(partner: str, outcome: AttemptOutcome) -> Settlement:
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    job = Job("dlv", "evt", "room.claimed", partner, "https://x.example/", b"{}", 1, ("s",), "tok", at)
+    return Settlement(job, at, 5, None, None, None, outcome, at)
+
+
+DELIVERED, RETRY = AttemptOutcome.DELIVERED, AttemptOutcome.RETRY
+
+
+@pytest.mark.parametrize(
+    ("finished", "delivered_last", "deep"),
+    [
+        ([], set(), set()),  # nothing delivered, now or last turn: slots only
+        ([("a", DELIVERED)], set(), {"a"}),  # delivered now
+        ([], {"a"}, {"a"}),  # the turn right after a claim logs nothing: the depth holds
+        ([("b", DELIVERED)], {"a"}, {"a", "b"}),  # a's attempts are still out
+        ([("a", RETRY)], {"a"}, set()),  # a failure ends it at once
+        ([("a", DELIVERED), ("a", RETRY)], {"a"}, {"a"}),  # delivered this turn, as now
+    ],
+)
+def test_a_partner_keeps_its_depth_one_turn_past_its_last_delivery_unless_it_failed(
+    finished: list[tuple[str, AttemptOutcome]], delivered_last: set[str], deep: set[str]
+) -> None:
+    records = [_finished(partner, outcome) for partner, outcome in finished]
+    assert worker_module._deep(records, delivered_last) == deep
 
 
 def test_claims_serve_partners_in_turn(sqlite_url: str, clock: Any) -> None:
@@ -282,7 +310,6 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
     it was: text that quotes, escapes or looks like JSON paths, any Unicode, no answer at all, and
     start times to the microsecond."""
 
-    from service.states import AttemptOutcome
 
     excerpts = ['"quoted" and \\back\\slash', "ünïcødé ✓ 🚀", "$[0] [1, \"x\"] {}", "'; --", None]
 
@@ -340,7 +367,6 @@ def test_a_turns_retries_and_failures_settle_in_one_statement_and_spare_a_claim_
     from sqlalchemy import update
 
     from service.db.tables import deliveries
-    from service.states import AttemptOutcome
 
     outcomes = [AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.PAUSED, AttemptOutcome.RETRY]
 
@@ -518,7 +544,6 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 ) -> None:
     """A delivered attempt closes its partner's open circuit and forgets its failures (reported
     once, as closed); a partner already closed and reset is left as it is, with nothing reported."""
-    from service.states import AttemptOutcome
     from service.webhooks.breaker import BreakerPolicy, Change
 
     lease = timedelta(seconds=30)

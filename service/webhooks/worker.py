@@ -107,8 +107,21 @@ PRUNE_EVERY = timedelta(hours=1)
 
 
 def _delivering(records: Sequence[Settlement]) -> set[str]:
-    """The partners these attempts delivered to: the ones a claim may fill ahead (``DEPTH``)."""
+    """The partners these attempts delivered to."""
     return {record.job.partner_id for record in records if record.outcome is AttemptOutcome.DELIVERED}
+
+
+def _deep(records: Sequence[Settlement], delivered_last: set[str]) -> set[str]:
+    """The partners a claim may fill ahead (``DEPTH``): those these attempts delivered to, and
+    those the last turn's did that none of these failed for.
+
+    Under a backlog a turn that claimed is followed at once by one with little or nothing to log
+    (the claimed jobs have only just gone out). Filling ahead only for the partners it logs, that
+    turn would claim nothing, the lanes would run dry while the next turn waited for their
+    attempts to finish, and the senders would idle through every other turn. A partner that
+    stops answering keeps its depth for one turn at most."""
+    failed = {record.job.partner_id for record in records if record.outcome is not AttemptOutcome.DELIVERED}
+    return _delivering(records) | (delivered_last - failed)
 
 
 def lease_for(settings: Settings) -> timedelta:
@@ -187,6 +200,7 @@ class Worker:
         self._woken = False
         self._drained = False  # the last claim took all there was (see ``pacing``)
         self._turn_seconds = 0.0  # how long the last turn took
+        self._delivered_last: set[str] = set()  # the partners the last turn's attempts delivered to
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -425,7 +439,8 @@ class Worker:
                 effects = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
-                jobs = await self._claim(conn, claim, deep=_delivering(records)) if claim else []
+                deep = _deep(records, self._delivered_last)
+                jobs = await self._claim(conn, claim, deep=deep) if claim else []
         except Exception as error:
             if records and refused_rows(error):
                 # A row the database will not take (whatever a partner sent back): log the
@@ -437,6 +452,7 @@ class Worker:
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
             raise
+        self._delivered_last = _delivering(records)
         changes = settle.changes(effects)
         self._counted(records, changes)
         self._hold_back(records, changes)
