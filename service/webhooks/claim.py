@@ -17,8 +17,8 @@ holder sends at most that many of the partner's deliveries at once (``service.we
 and may claim up to ``depth`` times its slots (at most ``MAX_AHEAD`` beyond them), so a partner
 answering quickly finds its next delivery already in hand. Depth is earned: a claim names the
 partners it may claim ahead for (``deep``, the worker's partners whose deliveries have just gone
-through), and every other partner gets its slots only, so a partner that hangs or fails holds no
-parked leases. The cap still holds across workers:
+through), and every other partner gets its slots only, so a partner that hangs or fails soon holds
+no parked leases. The cap still holds across workers:
 another holder's slots are what the cap leaves after this holder's claimed rows, which are never
 fewer than its attempts in flight (docs/architecture.md, "Slots"). A circuit that is not closed
 gets no depth: its probe goes alone.

@@ -94,8 +94,8 @@ LOG_DELAY = 0.02
 BATCH = 256
 WAITING = 512
 # A worker claims up to DEPTH times a partner's slots, so the next of its deliveries is at hand when
-# an attempt ends, for the partners whose deliveries the turn has just logged as delivered (depth is
-# earned: a partner hanging or failing gets its slots only, and parks nothing). Claims and logs run
+# an attempt ends, for the partners whose deliveries this turn or the last logged as delivered (depth
+# is earned, see _deep: a partner hanging or failing soon gets its slots only). Claims and logs run
 # in turns a few milliseconds long, while a partner answering on loopback takes a millisecond or
 # two: with 16 slots, DEPTH 32 keeps up to 496 deliveries parked, enough for turns of 30 ms or more.
 # Against 8, it drains a partner at cap 16 about 30 % faster on both databases, as each turn's fixed
