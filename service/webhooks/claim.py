@@ -112,8 +112,9 @@ CLAIM_LOCK = 0x5E5E_C1A1
 
 _HOLDER = bindparam("b_holder", type_=String())
 # A holder claims at most this many of one partner's deliveries beyond its slots, whatever the
-# depth: a partner with a large cap keeps a turn's worth at hand, not thousands of leases.
-MAX_AHEAD = 512
+# depth: a partner with a large cap keeps two turns' worth at hand (worker.BATCH), not thousands
+# of leases.
+MAX_AHEAD = 1024
 # A partner's cap: its own max_in_flight or the default (b_cap) while its circuit is closed, one
 # (the probe) once an open circuit's cool-down has passed, none while it is open.
 _CAP = case(

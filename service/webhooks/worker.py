@@ -89,18 +89,23 @@ LOG_DELAY = 0.02
 # Claims and log writes come in batches of up to BATCH rows, and up to WAITING claimed deliveries
 # wait for a sender. Under a backlog the transactions run back to back, so each one's fixed cost
 # (round trips, commit) is what bounds the rate: draining 20,000 deliveries went from 6,400/s
-# (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. A waiting
-# delivery that could no longer finish inside its lease is handed back instead of sent.
-BATCH = 256
+# (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. A turn's
+# round trips wait on an event loop busy with the senders, so a turn lasts about as long as the
+# senders take to send what the last one claimed, and they idle at its end: turns of 512 rows
+# share that wait among twice the deliveries (like for like at cap 64 and for ten partners at cap
+# 8, 6-20 % faster than 256 on both databases; docs/architecture.md "Slots"). A waiting delivery
+# that could no longer finish inside its lease is handed back instead of sent.
+BATCH = 512
 WAITING = 512
 # A worker claims up to DEPTH times a partner's slots, so the next of its deliveries is at hand when
 # an attempt ends, for the partners whose deliveries this turn or the last logged as delivered (depth
 # is earned, see _deep: a partner hanging or failing soon gets its slots only). Claims and logs run
-# in turns a few milliseconds long, while a partner answering on loopback takes a millisecond or
-# two: with 16 slots, DEPTH 32 keeps up to 496 deliveries parked, enough for turns of 30 ms or more.
-# Against 8, it drains a partner at cap 16 about 30 % faster on both databases, as each turn's fixed
-# cost is shared by more rows (docs/architecture.md "Slots", benchmarks/delivery.py).
-DEPTH = 32
+# in turns tens of milliseconds long under a backlog, while a partner answering on loopback takes a
+# millisecond or two: with 16 slots, DEPTH 64 keeps up to 1,008 deliveries parked (two turns'
+# worth; claim.MAX_AHEAD bounds larger caps the same). DEPTH 32 against 8 drained a partner at cap
+# 16 about 30 % faster on both databases, and 64 against 32 another 6 % (docs/architecture.md
+# "Slots", benchmarks/delivery.py).
+DEPTH = 64
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
 PRUNE_EVERY = timedelta(hours=1)
