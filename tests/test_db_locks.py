@@ -108,3 +108,53 @@ def test_a_holder_not_both_ours_and_stuck_past_the_bound_is_waited_for(
     with StuckSession(postgres_url, key, holder) as stuck:
         ended: Any = asyncio.run(scenario(stuck))
     assert ended == []
+
+
+def test_a_holder_that_passes_the_bound_while_the_claim_waits_is_ended_then(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder is not yet past the bound (0.3 s here) when the waiter first looks, so the waiter
+    waits; it waits a bound at a time and looks again, ends the holder, and takes the lock, long
+    before its command timeout (3 s here, which one long wait would have run into). The
+    transaction's lock_timeout is as it was."""
+    monkeypatch.setattr(locks, "STUCK_AFTER_MS", 300)
+    key = 0x7E58_0000 + secrets.randbelow(0xFFFF)
+
+    async def scenario() -> tuple[list[int], str]:
+        engine = create_engine(postgres_url, bounded=True, connect_args={"command_timeout": 3})
+        try:
+            async with engine.begin() as conn:
+                ended = await locks.take(conn, key)
+                return ended, str(await conn.scalar(text("SELECT current_setting('lock_timeout')")))
+        finally:
+            await engine.dispose()
+
+    with StuckSession(postgres_url, key, APPLICATION_NAME) as stuck:
+        ended, lock_timeout = asyncio.run(scenario())
+        assert stuck.ended()
+    assert ended == [stuck.pid]
+    assert lock_timeout == "0"
+
+
+def test_a_lock_held_past_the_longest_wait_is_a_timeout_and_the_transaction_goes_on(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A holder the waiter must not end (another application's) keeps the lock past
+    ``WAIT_AT_MOST_S`` (0.5 s here): the waiter gives up with a TimeoutError, as one long wait did
+    at the command timeout, and its transaction is still usable."""
+    monkeypatch.setattr(locks, "WAIT_AT_MOST_S", 0.5)
+    key = 0x7E59_0000 + secrets.randbelow(0xFFFF)
+
+    async def scenario() -> int:
+        engine = create_engine(postgres_url, bounded=True)
+        try:
+            async with engine.begin() as conn:
+                with pytest.raises(TimeoutError):
+                    await locks.take(conn, key, stuck_after_ms=0)
+                return int(await conn.scalar(text("SELECT 1")))
+        finally:
+            await engine.dispose()
+
+    with StuckSession(postgres_url, key, "psql") as stuck:
+        assert asyncio.run(scenario()) == 1
+        stuck.release()  # still its own: nothing ended it

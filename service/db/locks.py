@@ -10,24 +10,33 @@ long as the keepalives allow, or for ever behind a proxy that answers them.
 
 ``take`` therefore asks for the lock without waiting first. When another session holds it, it
 ends that session if it belongs to this service (same role, same ``application_name``) and has
-been waiting on its client for longer than ``STUCK_AFTER_MS``, then waits its turn. No healthy
-transaction of a worker waits on its client that long: its statements are answered in
-milliseconds and its idle moments are cut at the same bound by the server.
+been waiting on its client for longer than ``STUCK_AFTER_MS``, then waits its turn, at most that
+long at a time (``lock_timeout``, in a savepoint), looking again between waits: a holder that gets
+stuck while others already wait is ended within about twice the bound. No healthy transaction of
+a worker waits on its client that long: its statements are answered in milliseconds and its idle
+moments are cut at the same bound by the server. Past ``WAIT_AT_MOST_S`` in all it gives up, as a
+single wait would have at the command timeout.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from service.db.engine import BRIEF_IDLE_IN_TRANSACTION_MS
+from service.db.engine import BRIEF_IDLE_IN_TRANSACTION_MS, POSTGRESQL_COMMAND_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
 STUCK_AFTER_MS = BRIEF_IDLE_IN_TRANSACTION_MS
+WAIT_AT_MOST_S = POSTGRESQL_COMMAND_TIMEOUT_S
+LOCK_NOT_AVAILABLE = "55P03"  # SQLSTATE of a wait cut by lock_timeout
+_LOCK_TIMEOUT = select(func.current_setting("lock_timeout"))
+_SET_LOCK_TIMEOUT = select(func.set_config("lock_timeout", bindparam("b_lock_timeout"), True))
 
 # A bigint advisory key is shown in pg_locks as its high and low 32 bits, with objsubid 1.
 _END_STUCK_HOLDERS = text(
@@ -57,14 +66,25 @@ def _wait(key: int) -> Any:
 
 
 async def take(conn: AsyncConnection, key: int, *, stuck_after_ms: int | None = None) -> list[int]:
-    """Hold advisory lock ``key`` until ``conn``'s transaction ends; first end the session holding
-    it if that session is this service's and has waited on its client longer than
-    ``stuck_after_ms`` (``STUCK_AFTER_MS``). Returns the ended sessions' process ids (almost always
-    none)."""
+    """Hold advisory lock ``key`` until ``conn``'s transaction ends; end on the way any session
+    holding it that is this service's and has waited on its client longer than ``stuck_after_ms``
+    (``STUCK_AFTER_MS``). Returns the ended sessions' process ids (almost always none)."""
     if await conn.scalar(_try(key)):
         return []
-    stuck_s = (STUCK_AFTER_MS if stuck_after_ms is None else stuck_after_ms) / 1000
-    params = {"b_high": key >> 32, "b_low": key & 0xFFFF_FFFF, "b_stuck_s": stuck_s}
+    bound_ms = STUCK_AFTER_MS if stuck_after_ms is None else stuck_after_ms
+    deadline = asyncio.get_running_loop().time() + WAIT_AT_MOST_S
+    previous = str(await conn.scalar(_LOCK_TIMEOUT))
+    ended: list[int] = []
+    while True:
+        ended += await _end_stuck_holders(conn, key, bound_ms)
+        if await _wait_within(conn, key, max(bound_ms, 100), restore=previous):
+            return ended
+        if asyncio.get_running_loop().time() >= deadline:
+            raise TimeoutError(f"advisory lock {key:#x} still held after {WAIT_AT_MOST_S:g} s")
+
+
+async def _end_stuck_holders(conn: AsyncConnection, key: int, bound_ms: int) -> list[int]:
+    params = {"b_high": key >> 32, "b_low": key & 0xFFFF_FFFF, "b_stuck_s": bound_ms / 1000}
     ended = (await conn.execute(_END_STUCK_HOLDERS, params)).all()
     for row in ended:
         log.warning(
@@ -74,5 +94,20 @@ async def take(conn: AsyncConnection, key: int, *, stuck_after_ms: int | None = 
             key,
             row.silent_s,
         )
-    await conn.execute(_wait(key))
     return [row.pid for row in ended if row.ended]
+
+
+async def _wait_within(conn: AsyncConnection, key: int, wait_ms: int, *, restore: str) -> bool:
+    """Wait for the lock at most ``wait_ms``; whether it was taken. The wait runs in a savepoint,
+    so a wait cut short leaves the transaction usable (and its lock_timeout as it was)."""
+    try:
+        async with conn.begin_nested():
+            await conn.execute(_SET_LOCK_TIMEOUT, {"b_lock_timeout": str(wait_ms)})
+            await conn.execute(_wait(key))
+    except DBAPIError as error:
+        if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
+            return False
+        raise
+    # A setting made in a released savepoint lasts to the end of the transaction: put it back.
+    await conn.execute(_SET_LOCK_TIMEOUT, {"b_lock_timeout": restore})
+    return True
