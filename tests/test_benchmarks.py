@@ -125,6 +125,21 @@ def test_secrets_benchmark_claims_and_signs_with_sealed_and_plaintext_secrets(
     assert float(lines[-1].rsplit(" ", 1)[1]) > 0
 
 
+def test_signing_benchmark_signs_the_same_bytes_both_ways_and_prints_the_ratio(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.signing` checks both sides sign alike, then prints both rates and the ratio."""
+    from benchmarks import signing
+
+    assert signing.main(["--deliveries", "200", "--rounds", "2", "--secrets", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "signing 200 deliveries with 2 secret(s), both schemes, 2 rounds"
+    assert float(lines[-1].rsplit(" ", 1)[1]) > 0
+    for delivery_id, body in signing.deliveries(3):
+        for secrets in (signing.SECRETS[:1], signing.SECRETS):
+            assert signing.service(delivery_id, body, secrets) == signing.baseline(delivery_id, body, secrets)
+
+
 def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
