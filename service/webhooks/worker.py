@@ -205,6 +205,7 @@ class Worker:
         self._woken = False
         self._drained = False  # the last claim took all there was (see ``pacing``)
         self._turn_seconds = 0.0  # how long the last turn took
+        self._turning = False  # a turn is under way: the bookkeeper decides again when it ends
         self._delivered_last: set[str] = set()  # the partners the last turn's attempts delivered to
 
     # --- lifecycle ----------------------------------------------------------------------------
@@ -304,6 +305,7 @@ class Worker:
                 await self._pause(wait)
                 continue
             began = loop.time()
+            self._turning = True
             try:
                 logged, jobs = await self._turn(turn.claim)
             except Exception:
@@ -311,6 +313,8 @@ class Worker:
                 self._drop_stale_records()
                 await self._pause(self.poll_interval)
                 continue
+            finally:
+                self._turning = False
             self._turn_seconds = loop.time() - began
             if turn.claim:
                 last_claim, self._drained = loop.time(), len(jobs) < turn.claim
@@ -408,8 +412,13 @@ class Worker:
                 self._first_record_at = loop.time()
             self._records.append(record)
             # Not for every attempt: the first one waiting starts the bookkeeper's timer, later
-            # ones wake it only when it has work.
-            if first or self._stopping or pacing.decide(self._moment(), self.pace).now:
+            # ones wake it only when it has work; during a turn (back to back under a backlog)
+            # none asks, as the bookkeeper decides again when the turn ends.
+            if (
+                first
+                or self._stopping
+                or (not self._turning and pacing.decide(self._moment(), self.pace).now)
+            ):
                 self._nudge.set()
 
     async def _wind_down(self) -> None:
