@@ -28,6 +28,7 @@ from service.events import parse_event
 from service.keyring import Keyring, load_keyring
 from service.settings import Settings
 from service.states import AttemptOutcome
+from service.webhooks import claim as claim_module
 from service.webhooks import outbox, partners, send, settle, wiring
 from service.webhooks import worker as worker_module
 from service.webhooks.claim import Job, claim_due
@@ -219,6 +220,57 @@ def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock:
         return seen
 
     assert asyncio.run(scenario()) == [{"fast": 6, "slow": 2}, {"fast": 2, "slow": 2}, {"fast": 6, "slow": 6}]
+
+
+@pytest.mark.parametrize(
+    ("dialect", "limit", "deep", "each"),
+    [
+        ("sqlite", 512, None, 512),  # every partner deep: their number is not known here
+        ("sqlite", 512, set(), 512),  # none deep: each takes a slot or two, whatever the limit
+        ("sqlite", 512, {"a"}, 512),
+        ("sqlite", 512, {f"p{n}" for n in range(10)}, 52),
+        ("sqlite", 10, {f"p{n}" for n in range(3)}, 4),
+        ("postgresql", 512, {f"p{n}" for n in range(10)}, 512),  # its LATERAL reads each headroom
+    ],
+)
+def test_sqlite_reads_each_deep_partner_its_share_of_the_claim(
+    dialect: str, limit: int, deep: set[str] | None, each: int
+) -> None:
+    assert claim_module._share(dialect, limit, deep) == each
+
+
+def test_a_claim_short_of_its_limit_while_shares_held_it_back_takes_the_rest(
+    database_url: str, clock: Any
+) -> None:
+    """Three deep partners share a claim of 12 (4 each on SQLite's first pass); one has a single
+    due delivery, so the other two take what it left between them, and the claim is full."""
+
+    async def scenario() -> dict[str, int]:
+        engine = create_engine(database_url)
+        targets = [(name, f"https://{name}.example/hook", 10) for name in ("few", "many", "more")]
+        await _setup(engine, clock, targets[1:], 10, fixed_keyring())
+        await _setup(engine, clock, targets[:1], 1, fixed_keyring())  # its one event goes to all three
+        async with engine.begin() as conn:
+            ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
+            jobs = await claim_due(
+                conn,
+                now=clock(),
+                limit=12,
+                lease=timedelta(seconds=30),
+                default_cap=8,
+                keyring=fixed_keyring(),
+                holder="a",
+                depth=4,
+                deep=set(ids.values()),
+            )
+        await engine.dispose()
+        names = {partner_id: name for name, partner_id in ids.items()}
+        return {name: sum(names[job.partner_id] == name for job in jobs) for name in ids}
+
+    taken = asyncio.run(scenario())
+    assert sum(taken.values()) == 12
+    assert taken["few"] == 1
+    assert abs(taken["many"] - taken["more"]) <= 1
 
 
 def _finished(partner: str, outcome: AttemptOutcome) -> Settlement:

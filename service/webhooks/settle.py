@@ -38,7 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import UTCDateTime, deliveries, delivery_attempts
 from service.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
-from service.webhooks.breaker import BreakerPolicy, Change, after_attempt
+from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
 from service.webhooks.claim import Job
 from service.webhooks.partners import PartnerEffect, Standing, lock_standing
 from service.webhooks.retry import RetryPolicy, Verdict
@@ -304,6 +304,9 @@ def _unchanged(moment: datetime) -> datetime:
     return moment
 
 
+_CLEAR = BreakerState()  # a closed circuit with no failure counted
+
+
 def effects(
     records: Sequence[Settlement], standing: Mapping[str, Standing], policy: BreakerPolicy
 ) -> list[PartnerEffect]:
@@ -318,6 +321,8 @@ def effects(
         if partner_id not in standing:
             continue  # removed meanwhile
         status, before = standing[partner_id]
+        if before == _CLEAR and all(record.outcome is AttemptOutcome.DELIVERED for record in attempts):
+            continue  # a healthy partner delivered to: nothing moves (most of a busy turn's partners)
         active = status == PartnerStatus.ACTIVE
         pause = active and any(record.outcome is AttemptOutcome.PAUSED for record in attempts)
         state, happened = before, []
