@@ -141,14 +141,21 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
 
 
 async def _claim_ahead(
-    engine: Any, clock: Any, holder: str, *, depth: int, lease: timedelta, deep: set[str] | None = None
+    engine: Any,
+    clock: Any,
+    holder: str,
+    *,
+    depth: int,
+    lease: timedelta,
+    deep: set[str] | None = None,
+    limit: int = 100,
 ) -> list[Job]:
-    """One claim of up to 100 by ``holder``, ``depth`` times the slots for ``deep`` (None: all)."""
+    """One claim of up to ``limit`` by ``holder``, ``depth`` times the slots for ``deep`` (None: all)."""
     async with engine.begin() as conn:
         return await claim_due(
             conn,
             now=clock(),
-            limit=100,
+            limit=limit,
             lease=lease,
             default_cap=8,
             keyring=fixed_keyring(),
@@ -252,17 +259,8 @@ def test_a_claim_short_of_its_limit_while_shares_held_it_back_takes_the_rest(
         await _setup(engine, clock, targets[:1], 1, fixed_keyring())  # its one event goes to all three
         async with engine.begin() as conn:
             ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
-            jobs = await claim_due(
-                conn,
-                now=clock(),
-                limit=12,
-                lease=timedelta(seconds=30),
-                default_cap=8,
-                keyring=fixed_keyring(),
-                holder="a",
-                depth=4,
-                deep=set(ids.values()),
-            )
+        lease = timedelta(seconds=30)
+        jobs = await _claim_ahead(engine, clock, "a", depth=4, lease=lease, deep=set(ids.values()), limit=12)
         await engine.dispose()
         names = {partner_id: name for name, partner_id in ids.items()}
         return {name: sum(names[job.partner_id] == name for job in jobs) for name in ids}
