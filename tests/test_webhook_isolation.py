@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -645,3 +646,48 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
     _, second, row = asyncio.run(scenario())
     assert second == []
     assert row == (0, None, None, None)
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_postgres_claim_reads_no_more_due_rows_than_it_takes_from_a_burst(
+    database_url: str, clock: Any
+) -> None:
+    """Thirty deliveries made due at one moment (a burst) for a partner with four slots: the claim's
+    scan of the partner's due rows stops at four. Numbered in RANGE mode, every row sharing the
+    due time is a peer, and PostgreSQL 15 read all thirty before numbering the first."""
+    from sqlalchemy.dialects import postgresql
+
+    async def scenario() -> list[int]:
+        engine = create_engine(database_url)
+        await _setup(engine, clock, [("burst", "https://burst.example/hook", 4)], 30, fixed_keyring())
+        compiled = claim_module._CLAIM["postgresql"].compile(dialect=postgresql.asyncpg.dialect())
+        now = clock().astimezone(UTC).replace(tzinfo=None)  # as the column stores it
+        values = {
+            "b_now": now, "b_limit": 10, "b_token": "t", "b_until": now + timedelta(seconds=30), "b_cap": 8,
+            "b_holder": "h", "b_depth": 1, "b_all_deep": True, "b_deep": [], "b_each": 10,
+        }  # fmt: skip
+        params = compiled.construct_params(values)
+        args = [params[name] for name in compiled.positiontup or ()]
+        async with engine.connect() as conn:
+            raw = (await conn.get_raw_connection()).driver_connection
+            transaction = raw.transaction()
+            await transaction.start()
+            try:
+                # SQLAlchemy's asyncpg connections decode json themselves.
+                [plan] = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", *args)
+            finally:
+                await transaction.rollback()  # the claim ran: leave nothing claimed
+        await engine.dispose()
+        return [
+            node["Actual Rows"]
+            for node in _nodes(plan["Plan"])
+            if node.get("Index Name") == "ix_deliveries_partner_claimable" and node.get("Alias") == "due"
+        ]
+
+    assert asyncio.run(scenario()) == [4]

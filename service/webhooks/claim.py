@@ -215,11 +215,15 @@ def _claim_statement(postgres: bool) -> Any:
     due = deliveries.alias("due")
     limit = bindparam("b_limit", type_=Integer())
     if postgres:
+        # Numbered in ROWS mode: under the default RANGE mode PostgreSQL before 16 reads every
+        # peer of a row (the same due time) before numbering it, and a burst published at one
+        # moment is all peers, so the LIMIT stopped nothing: 6,000 index rows read to claim 512,
+        # 11.5 ms; in ROWS mode 512 rows, 7.5 ms (EXPLAIN ANALYZE, PostgreSQL 15).
         turns = (
             select(
                 due.c.id,
                 due.c.next_attempt_at,
-                func.row_number().over(order_by=due.c.next_attempt_at).label("turn"),
+                func.row_number().over(order_by=due.c.next_attempt_at, rows=(None, 0)).label("turn"),
             )
             .where(due.c.partner_id == eligible.c.id, _claimable(due), due.c.next_attempt_at <= _NOW)
             .order_by(due.c.next_attempt_at)
