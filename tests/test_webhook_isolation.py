@@ -732,7 +732,7 @@ def test_postgres_reads_a_claims_jobs_counting_live_claims_once(database_url: st
     """The jobs a claim of thirty took are read with their partners' slots, the live claims counted
     once. Planned from statistics gathered while nothing was claimed, PostgreSQL expected one row
     for the claim's token and counted the live claims again for each of the thirty (900 rows
-    read; a claim of 270 spent 36 ms there, against 1.3 ms)."""
+    read; a claim of 270 took 36 ms to read back, against 2.4 ms)."""
     from sqlalchemy import text
 
     async def scenario() -> list[int]:
