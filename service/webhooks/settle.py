@@ -125,10 +125,14 @@ _LOG_ATTEMPTS = {name: _log_statement(name == "postgresql") for name in ("sqlite
 
 
 # Delivered attempts, the common case, are settled in one statement per batch, found by primary
-# key: a plan no database can get wrong, whatever its statistics say (a fresh table has none, and
-# a prepared statement's generic plan outlives them). A row another worker has claimed since
-# carries another token and is left alone. PostgreSQL takes the keys as one array (one statement,
-# one prepared plan); SQLite, which has no arrays, as an expanding IN list.
+# key and guarded by their claim tokens alone: a row another worker has claimed since carries
+# another token and is left alone, and a token is only ever on a `delivering` row (the claim sets
+# both; everything that moves a row on clears the token), so the status need not be tested. Tested
+# as a literal, it matched ix_deliveries_in_flight's predicate, and PostgreSQL's generic plan read
+# every live claim through that index and compared each with the whole array of ids: 14 of the
+# 36 ms settling 348 rows, beside 1,024 claims (auto_explain, PostgreSQL 15). PostgreSQL takes the
+# keys as one array (one statement, one prepared plan); SQLite, which has no arrays, as an
+# expanding IN list.
 def _mark_delivered_statement(postgres: bool) -> Any:
     if postgres:
         ids = deliveries.c.id == any_(bindparam("b_ids", type_=ARRAY(String())))
@@ -138,7 +142,7 @@ def _mark_delivered_statement(postgres: bool) -> Any:
         tokens = deliveries.c.claim_token.in_(bindparam("b_tokens", expanding=True))
     return (
         update(deliveries)
-        .where(ids, tokens, deliveries.c.status == literal_column(f"'{DeliveryStatus.DELIVERING}'"))
+        .where(ids, tokens)
         .values(
             status=literal_column(f"'{DeliveryStatus.DELIVERED}'"),
             next_attempt_at=bindparam("b_at", type_=UTCDateTime()),
