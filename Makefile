@@ -55,7 +55,7 @@ migrate: $(STAMP)
 	$(BIN)/python -m service migrate
 
 test: $(STAMP)  ## the whole suite: pytest over tests/, strict nbval over notebooks/
-	$(BIN)/python -m pytest tests notebooks --nbval \
+	$(BIN)/python -m pytest tests notebooks --nbval --durations=15 \
 		--nbval-kernel-name python3 -p no:cacheprovider
 
 lab: $(STAMP)  ## JupyterLab on the notebooks, with the project's environment
