@@ -653,27 +653,54 @@ def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 async def _explained(
-    engine: Any, statement: Any, values: dict[str, Any], *, planner: dict[str, str] | None = None
+    engine: Any, statement: Any, values: dict[str, Any], *, generic: bool = False, seqscan: bool = True
 ) -> dict[str, Any]:
-    """PostgreSQL's plan of ``statement`` run with ``values`` (EXPLAIN ANALYZE, rolled back), under
-    the ``planner`` settings given."""
+    """PostgreSQL's plan of ``statement`` run with ``values`` (EXPLAIN ANALYZE, rolled back);
+    ``generic``: the plan a prepared statement runs once it settles on one plan for any values,
+    as the worker's statements do after their first runs; without ``seqscan``, as for a table too
+    large to read whole."""
     from sqlalchemy.dialects import postgresql
 
     compiled = statement.compile(dialect=postgresql.asyncpg.dialect())
     params = compiled.construct_params(values)
     args = [params[name] for name in compiled.positiontup or ()]
+    explain = "EXPLAIN (ANALYZE, FORMAT JSON)"
     async with engine.connect() as conn:
         raw = (await conn.get_raw_connection()).driver_connection
         transaction = raw.transaction()
         await transaction.start()
+        prepared = False
         try:
-            for name, value in (planner or {}).items():
-                await raw.execute(f"SET LOCAL {name} = {value}")
+            if not seqscan:
+                await raw.execute("SET LOCAL enable_seqscan = off")
+            if generic:
+                await raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                await raw.execute(f"PREPARE explained AS {compiled}")
+                prepared = True
+                # EXECUTE takes no bound parameters: each value as a literal of the type the
+                # prepared statement gave its parameter.
+                literals = ", ".join(_literal(arg) for arg in args)
+                query, args = f"{explain} EXECUTE explained({literals})", []
+            else:
+                query = f"{explain} {compiled}"
             # SQLAlchemy's asyncpg connections decode json themselves.
-            [plan] = await raw.fetchval(f"EXPLAIN (ANALYZE, FORMAT JSON) {compiled}", *args)
+            [plan] = await raw.fetchval(query, *args)
         finally:
             await transaction.rollback()  # a claim ran: leave nothing claimed
+            if prepared:  # a prepared statement outlives the transaction
+                await raw.execute("DEALLOCATE explained")
     return plan["Plan"]  # type: ignore[no-any-return]
+
+
+def _literal(value: Any) -> str:
+    """``value`` as an untyped SQL literal (test values only: no quotes inside)."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool | int):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "'{" + ",".join(f'"{item}"' for item in value) + "}'"
+    return f"'{value}'"
 
 
 def _claim_values(clock: Any, **values: Any) -> dict[str, Any]:
@@ -716,10 +743,9 @@ def test_postgres_settles_delivered_attempts_by_primary_key_beside_many_live_cla
             "b_tokens": [jobs[0].claim_token],
             "b_at": clock().astimezone(UTC).replace(tzinfo=None),
         }
-        # The generic plan, blind to the values, that a prepared statement settles on after its
-        # first runs; and a table too large to read whole (here, forty rows would be).
-        planner = {"plan_cache_mode": "force_generic_plan", "enable_seqscan": "off"}
-        plan = await _explained(engine, settle._MARK_DELIVERED["postgresql"], values, planner=planner)
+        # Forty rows would be read whole; a worker's table is far too large for that.
+        statement = settle._MARK_DELIVERED["postgresql"]
+        plan = await _explained(engine, statement, values, generic=True, seqscan=False)
         await engine.dispose()
         return {node["Index Name"] for node in _nodes(plan) if "Index Name" in node}
 
