@@ -464,6 +464,56 @@ def test_a_turns_retries_and_failures_settle_in_one_statement_and_spare_a_claim_
     assert (stolen[0], stolen[2], stolen[3]) == ("delivering", 0, "other")
 
 
+def test_only_a_delivering_row_carries_a_claim_token(database_url: str, clock: Any) -> None:
+    """Settling matches a delivery by id and claim token alone, so no way out of a claim may leave
+    a token behind: delivered, retried, failed, paused, handed back unsent, requeued by an admin,
+    resent, or cancelled with its partner removed while claimed."""
+    from sqlalchemy import update
+
+    from service.db.tables import deliveries
+    from service.webhooks import requeue
+    from service.webhooks.breaker import BreakerPolicy
+
+    outcomes = [AttemptOutcome.DELIVERED, AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.PAUSED]
+
+    async def scenario() -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
+        engine = create_engine(database_url)
+        jobs = await _claimed(engine, clock, "ways out", 7)
+        settled, handed_back, expired, held = jobs[:4], jobs[4], jobs[5], jobs[6]
+        records = [
+            Settlement(
+                job, clock(), 5, 200 if outcome is AttemptOutcome.DELIVERED else 500, None, "x", outcome, clock(),
+                clock() + timedelta(minutes=1) if outcome in (AttemptOutcome.RETRY, AttemptOutcome.PAUSED) else None,
+            )
+            for job, outcome in zip(settled, outcomes, strict=True)
+        ]  # fmt: skip
+        async with engine.begin() as conn:
+            await settle.record(conn, records, breaker=BreakerPolicy())
+            await claim_module.release(conn, [handed_back], now=clock())
+            # A lease that ran out (its worker died) is resent by an admin.
+            await conn.execute(
+                update(deliveries)
+                .where(deliveries.c.id == expired.delivery_id)
+                .values(next_attempt_at=clock() - timedelta(seconds=1), claimed_until=clock() - timedelta(seconds=1))
+            )
+        async with engine.begin() as conn:
+            assert await requeue.resend(conn, expired.delivery_id, now=clock()) is requeue.Resent.REQUEUED
+            assert await requeue.retry_failed(conn, held.partner_id, now=clock()) == 1
+        async with engine.connect() as conn:
+            before = [tuple(row) for row in await conn.execute(select(deliveries.c.status, deliveries.c.claim_token))]
+        async with engine.begin() as conn:
+            await partners.remove_partner(conn, held.partner_id, now=clock())
+        async with engine.connect() as conn:
+            after = [tuple(row) for row in await conn.execute(select(deliveries.c.status, deliveries.c.claim_token))]
+        await engine.dispose()
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert sorted(status for status, token in before if token is not None) == ["delivering"]
+    assert sorted(status for status, _ in before) == ["delivered", "delivering", *["pending"] * 5]
+    assert {token for _, token in after} == {None}
+
+
 def test_a_row_the_database_refuses_is_stored_without_it(
     postgres_database: str, clock: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
