@@ -476,6 +476,10 @@ def test_only_a_delivering_row_carries_a_claim_token(database_url: str, clock: A
 
     outcomes = [AttemptOutcome.DELIVERED, AttemptOutcome.RETRY, AttemptOutcome.FAILED, AttemptOutcome.PAUSED]
 
+    async def statuses_and_tokens(engine: Any) -> list[tuple[str, str | None]]:
+        async with engine.connect() as conn:
+            return [tuple(row) for row in await conn.execute(select(deliveries.c.status, deliveries.c.claim_token))]
+
     async def scenario() -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
         engine = create_engine(database_url)
         jobs = await _claimed(engine, clock, "ways out", 7)
@@ -499,12 +503,10 @@ def test_only_a_delivering_row_carries_a_claim_token(database_url: str, clock: A
         async with engine.begin() as conn:
             assert await requeue.resend(conn, expired.delivery_id, now=clock()) is requeue.Resent.REQUEUED
             assert await requeue.retry_failed(conn, held.partner_id, now=clock()) == 1
-        async with engine.connect() as conn:
-            before = [tuple(row) for row in await conn.execute(select(deliveries.c.status, deliveries.c.claim_token))]
+        before = await statuses_and_tokens(engine)
         async with engine.begin() as conn:
             await partners.remove_partner(conn, held.partner_id, now=clock())
-        async with engine.connect() as conn:
-            after = [tuple(row) for row in await conn.execute(select(deliveries.c.status, deliveries.c.claim_token))]
+        after = await statuses_and_tokens(engine)
         await engine.dispose()
         return before, after
 
