@@ -12,8 +12,9 @@ import pytest
 from pandas.testing import assert_frame_equal
 
 from analytics import deliveries, load, waitlist
-from service.demo import files, scenario
+from service.demo import driver, files, scenario
 from service.demo.driver import Summary, generate
+from service.webhooks.worker import Worker
 
 SEED = 7
 # Smaller than the notebooks' demo, with every scripted fault still in it (the outage, the 410).
@@ -156,6 +157,25 @@ def test_the_database_is_stamped_with_what_made_it(runs: list[tuple[Path, Summar
         (journal,) = conn.execute("PRAGMA journal_mode").fetchone()
     assert version == files.fingerprint(SEED, **SIZES) == files.user_version(path)
     assert journal == "delete"  # one self-contained file
+
+
+def test_the_worker_is_asked_only_when_something_is_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registrations make nothing due, so they cost no drain: every drain the driver asks for sends
+    something, and there are far fewer drains than registrations."""
+    sent: list[int] = []
+    send_due = driver.send_due
+
+    async def counted(worker: Worker) -> int:
+        sent.append(await send_due(worker))
+        return sent[-1]
+
+    monkeypatch.setattr(driver, "send_due", counted)
+    summary = asyncio.run(generate(tmp_path / "demo.db", SEED, registrations=200, events=20))
+    assert summary.submissions == 200 and summary.attempts == sum(sent)
+    assert all(sent), sent
+    assert len(sent) < summary.events + summary.attempts
 
 
 def test_write_refuses_to_reuse_a_partial_file(tmp_path: Path) -> None:
