@@ -40,6 +40,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
+from service.model_schemas import json_schema
 from service.text import NOT_UNICODE_MESSAGE, storable
 from service.wire import omit_nulls
 
@@ -445,8 +446,6 @@ EVENT_MODELS: dict[str, type[EventPayload]] = {
 }
 
 
-
-
 class WebhookTest(EventPayload):
     """The admin's test delivery. Not one of the catalog's event kinds: nobody subscribes to it, it
     is never published, and ``parse_event`` refuses it. The catalog documents it as ``testEvent``."""
@@ -572,7 +571,7 @@ JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 def payload_json_schema(model: type[EventPayload]) -> dict[str, Any]:
     """Draft 2020-12 JSON Schema of the payload as delivered."""
-    return {"$schema": JSON_SCHEMA_DIALECT, **model.model_json_schema(mode="serialization")}
+    return {"$schema": JSON_SCHEMA_DIALECT, **json_schema(model, mode="serialization")}
 
 
 def _type_label(prop: Mapping[str, Any]) -> str:

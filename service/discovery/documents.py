@@ -65,6 +65,7 @@ LATE_COMMIT_OVERLAP = timedelta(minutes=5)
 # After a failed read, the stale rendering is served this long before the next try.
 RETRY_AFTER_FAILURE = timedelta(seconds=5)
 
+
 class RoomSitemap:
     """``sitemap.xml``: the configured pages plus every room published events have named."""
 

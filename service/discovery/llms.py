@@ -35,6 +35,7 @@ from service.discovery.surfaces import (
     url,
 )
 from service.events import EVENT_MODELS, dedupe_composition, example_payload, payload_fields
+from service.model_schemas import json_schema
 from service.partner_docs import PAGES, VERIFYING_SIGNATURES, page_url
 from service.waitlist import WaitlistRequest, WaitlistResponse
 
@@ -152,7 +153,7 @@ def _constraints(prop: dict[str, Any]) -> str:
 
 def model_fields_table(model: type[BaseModel]) -> str:
     """A field table of ``model`` read from its JSON Schema, so it cannot drift from validation."""
-    schema = model.model_json_schema()
+    schema = json_schema(model)
     required = set(schema.get("required", ()))
     rows: list[tuple[object, ...]] = [
         (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import BaseModel
-from pydantic.json_schema import JsonSchemaMode, models_json_schema
+from pydantic.json_schema import JsonSchemaMode
 
 from service.bodies import MAX_BODY_BYTES
 from service.discovery.catalog import INTERFACE_VERSION, PUBLIC_API_VERSION
@@ -45,6 +45,7 @@ from service.discovery.surfaces import (
 )
 from service.discovery.vectors import WebhookVectors
 from service.events import EVENT_MODELS
+from service.model_schemas import components
 from service.waitlist import WaitlistRequest, WaitlistResponse
 
 OPENAPI_VERSION = "3.1.0"
@@ -66,8 +67,7 @@ def _component_schemas() -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
         (WebhookVectors, "serialization"),
         *((model, "serialization") for model in EVENT_MODELS.values()),
     ]
-    refs, definitions = models_json_schema(models, ref_template=REF)
-    return {model.__name__: ref for (model, _), ref in refs.items()}, definitions.get("$defs", {})
+    return components(models, REF)
 
 
 def _json(ref: dict[str, Any]) -> dict[str, Any]:

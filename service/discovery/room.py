@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.discovery.surfaces import ROOM_SCHEMA, url
 from service.events import Url
+from service.model_schemas import json_schema
 from service.wire import omit_nulls
 
 # docs/architecture.md "Public contract": RoomType, an enumeration of strings.
@@ -88,7 +89,7 @@ def room_schema(base_url: str, labels: Mapping[str, Mapping[str, tuple[str, str]
     content file; each value becomes a ``oneOf`` branch with ``const``, ``title`` and
     ``description``, so the wording travels with the enumeration.
     """
-    schema = PublicRoom.model_json_schema()
+    schema = json_schema(PublicRoom)
     for member, wording in labels.items():
         prop = schema["properties"][member]
         prop["oneOf"] = [
