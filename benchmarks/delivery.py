@@ -354,15 +354,17 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
             await partners.create_partner(conn, new, now=_now(), keyring=keyring)
     worker = _worker(engine, settings)
-    await worker.start()
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
+        # The burst is one transaction, so the publisher's own cost (one delivery row per partner)
+        # does not stand in for the delivery rate being measured, and it is committed before the
+        # worker starts: with ten hanging partners it writes 22,000 rows, and on a slow machine
+        # held SQLite's write lock longer than a worker's turn waits for it (10 s), so the turn
+        # failed and the worker paused a second before the count began.
+        await backlog(engine, events, prefix=f"iso{hanging}", chunk=events)
+        published = time.time()
+        await worker.start()
         try:
-            # The burst is one transaction, so the publisher's own cost (one delivery row per
-            # partner) does not stand in for the delivery rate being measured.
-            await backlog(engine, events, prefix=f"iso{hanging}", chunk=events)
-            published = time.time()
-            worker.wake.set()
             deadline = time.monotonic() + 60
             while (await _aget(session, f"{base}/stats")) != {"count": events}:
                 if time.monotonic() > deadline:
