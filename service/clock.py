@@ -1,7 +1,8 @@
 """Time, injected: every component takes a ``Clock`` instead of reading the system time itself.
 
 ``utc_now`` is the production clock. ``ManualClock`` moves only when its owner moves it; tests, the
-demo generator and the benchmarks pass one so nothing waits for real time to pass.
+demo generator and the benchmarks pass one so nothing waits for real time to pass. Durations are
+read from a ``Timer`` (``time.perf_counter`` in production), which the demo generator replaces too.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 Clock = Callable[[], datetime]
+Timer = Callable[[], float]  # seconds from an arbitrary origin: only differences mean anything
 
 
 def utc_now() -> datetime:

@@ -11,8 +11,9 @@ import pytest
 
 from service.clock import ManualClock as Clock
 from service.demo import scenario
-from service.demo.receivers import Endpoint, Received, Receiver, Reply
-from service.webhooks import signing
+from service.demo.receivers import Endpoint, Received, Receiver, Reply, Stopwatch
+from service.settings import Settings
+from service.webhooks import signing, wiring
 
 START = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 SECRET = "whsec_dGhpcyBpcyBub3QgYSByZWFsIHNlY3JldCwganVzdCBhIHRlc3Q="
@@ -79,3 +80,53 @@ def test_endpoint_answers_a_genuine_delivery_as_its_partner_would(partner: str) 
         assert reply.status in {200, 410, 500, 503}
         assert (reply.status == 410) == (partner == scenario.GONE and at >= scenario.GONE_AT)
     assert endpoint.refused == 0
+
+
+def test_a_stopwatch_moves_only_when_told_and_never_past_the_timeout() -> None:
+    """Each advance counts at most the timeout, as no attempt outlasts it; going back is refused."""
+    stopwatch = Stopwatch(timeout=0.3)
+    assert stopwatch() == 0.0
+    stopwatch.advance(0.1)
+    stopwatch.advance(5.0)  # an answer held far past the timeout
+    assert stopwatch() == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="cannot go back"):
+        stopwatch.advance(-0.1)
+
+
+@pytest.mark.parametrize(("delay", "held"), [(0.0, 0.0), (0.2, 0.0), (0.3, 0.3), (0.6, 0.6)])
+def test_an_endpoint_tells_the_stopwatch_what_its_answer_takes(delay: float, held: float) -> None:
+    """The designed delay plus a transit in TRANSIT goes on the stopwatch; only an answer that must
+    miss the timeout is really held back."""
+    spec = scenario.PartnerSpec("Delayed", None, answers=((1.0, scenario.Answer(delay=delay)),))
+    stopwatch = Stopwatch(timeout=0.3)
+    endpoint = Endpoint(spec, seed=1, secret=SECRET, stopwatch=stopwatch)
+    reply = endpoint(signed(START))
+    assert reply.delay == held
+    low, high = scenario.TRANSIT
+    assert min(delay, 0.3) <= stopwatch() <= min(delay + high, 0.3)
+    if delay < 0.3:
+        assert stopwatch() - delay >= low
+    again = Stopwatch(timeout=0.3)
+    Endpoint(spec, seed=1, secret=SECRET, stopwatch=again)(signed(START))
+    assert again() == stopwatch()  # the transit is seeded by what the attempt carries
+
+
+async def test_the_sender_reads_attempt_durations_from_its_timer() -> None:
+    """The demo's worker times attempts by the stopwatch its endpoints move, not by real time."""
+    clock = Clock(START)
+    stopwatch = Stopwatch(timeout=0.3)
+    spec = scenario.PartnerSpec("Slow", None, answers=((1.0, scenario.Answer(delay=0.2)),))
+    endpoint = Endpoint(spec, seed=1, secret=SECRET, stopwatch=stopwatch)
+    settings = Settings(webhook_timeout=0.3, webhook_allow_private_urls=True)
+    receiver = Receiver(clock, endpoint)
+    async with receiver, wiring.sender(settings, clock=clock, timer=stopwatch) as sender:
+        attempt = await sender.send(
+            url=receiver.url,
+            event="room.claimed",
+            delivery_id="dlv_1",
+            body=b'{"eventId":"evt_1"}',
+            secrets=[SECRET],
+        )
+    assert attempt.status_code == 200
+    assert attempt.duration_ms == round(stopwatch() * 1000)
+    assert 200 + scenario.TRANSIT[0] * 1000 <= attempt.duration_ms <= 200 + scenario.TRANSIT[1] * 1000 + 1

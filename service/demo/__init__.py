@@ -25,9 +25,10 @@ own seeded ``Random`` and due deliveries are sent one at a time in a fixed order
 on the same deliveries every run. Partner, delivery and claim ids are the service's own random
 ULIDs; the analyses never show them.
 
-One quantity is real time: ``duration_ms``, which the worker measures with ``perf_counter``. The
-receivers make it predictable where it matters: an answer comes at once, after ``PROMPT_REPLY`` or
-``SLOW_REPLY`` seconds, or not within ``WEBHOOK_TIMEOUT``; loopback adds a few milliseconds, so
-latency read at a resolution of ``LATENCY_RESOLUTION_MS`` is the same every run
-(``analytics.deliveries.latency_percentiles(..., resolution_ms=LATENCY_RESOLUTION_MS)``).
+Attempt durations, too, are read from a timer the generator moves (``receivers.Stopwatch``): each
+is what the partner's answer is designed to take (at once, ``PROMPT_REPLY`` or ``SLOW_REPLY``
+seconds, or cut off at ``WEBHOOK_TIMEOUT``) plus a seeded few milliseconds of ``TRANSIT``. The
+receivers answer at once, except where an answer must miss the timeout: that one they hold back
+past it in real time, so the worker's timeout really fires. A loaded machine, which would add its
+own delay to a real reading (and could push a slow answer past the timeout), changes nothing.
 """

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,10 +28,10 @@ import aiohttp
 from sanic import Sanic
 
 from service.app import create_app
-from service.clock import ManualClock
+from service.clock import ManualClock, Timer
 from service.db.engine import migrate_async
 from service.demo import scenario
-from service.demo.receivers import LOOPBACK, Endpoint, Receiver, listening_socket
+from service.demo.receivers import LOOPBACK, Endpoint, Receiver, Stopwatch, listening_socket
 from service.demo.scenario import Action, Outage, Publish, Submit
 from service.ids import IdSource, SeededIds, new_id
 from service.settings import Settings
@@ -76,9 +77,10 @@ class Service:
             body = await response.json() if response.content_type == "application/json" else None
             return Response(response.status, body)
 
-    def worker(self, rng: random.Random) -> Worker:
-        """The delivery worker on this app's database and clock (the one ``serve`` would start)."""
-        return runtime.worker_for(self.app, rng=rng, concurrency=1)
+    def worker(self, rng: random.Random, timer: Timer = time.perf_counter) -> Worker:
+        """The delivery worker on this app's database and clock (the one ``serve`` would start),
+        reading attempt durations from ``timer``."""
+        return runtime.worker_for(self.app, rng=rng, concurrency=1, timer=timer)
 
 
 @contextlib.asynccontextmanager
@@ -268,14 +270,15 @@ async def generate(
         raise FileExistsError(path)
     plan = scenario.plan(seed, registrations, events)
     clock = ManualClock(scenario.START)
-    endpoints = {spec.name: Endpoint(spec, seed) for spec in scenario.PARTNERS}
+    stopwatch = Stopwatch(timeout=scenario.WEBHOOK_TIMEOUT)
+    endpoints = {spec.name: Endpoint(spec, seed, stopwatch=stopwatch) for spec in scenario.PARTNERS}
     async with contextlib.AsyncExitStack() as stack:
         receivers = {name: Receiver(clock, endpoint) for name, endpoint in endpoints.items()}
         for receiver in receivers.values():
             await stack.enter_async_context(receiver)
         ids = SeededIds(clock, f"{seed}/ids")
         service = await stack.enter_async_context(serve(demo_settings(f"sqlite:///{path}"), clock, ids))
-        worker = await stack.enter_async_context(service.worker(random.Random(f"{seed}/jitter")))
+        worker = await stack.enter_async_context(service.worker(random.Random(f"{seed}/jitter"), stopwatch))
         driver = Driver(service, clock, worker, receivers, endpoints)
         await driver.onboard()
         await driver.play(plan.actions)

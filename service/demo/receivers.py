@@ -3,7 +3,8 @@
 ``Receiver`` is an endpoint that keeps every request it received and answers each with what its
 script says; ``Endpoint`` is the script of one of the scenario's partners, which checks the
 signature like a real partner would and then answers as its ``PartnerSpec`` says, from a draw
-seeded by what the attempt carries.
+seeded by what the attempt carries. A ``Stopwatch`` is the worker's timer for attempt durations,
+moved by the endpoints by what each answer is designed to take.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from datetime import datetime
 from aiohttp import web
 
 from service.clock import Clock
-from service.demo.scenario import PartnerSpec
+from service.demo.scenario import TRANSIT, PartnerSpec
 from service.webhooks import signing
 
 LOOPBACK = "127.0.0.1"
@@ -120,14 +121,42 @@ class Receiver:
         return web.Response(status=reply.status, text=reply.body, headers=dict(reply.headers))
 
 
+class Stopwatch:
+    """A ``service.clock.Timer`` that moves only when told: the demo worker reads attempt durations
+    from it, so they are the same every run, where real time would vary with the machine's load.
+
+    An endpoint moves it by what its answer is designed to take plus a seeded transit time. No
+    attempt lasts longer than ``timeout`` (the worker's), however long an endpoint sits on it. The
+    demo worker sends one attempt at a time, so each reading spans one attempt only.
+    """
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self.reading = 0.0
+
+    def __call__(self) -> float:
+        return self.reading
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a stopwatch cannot go back")
+        self.reading += min(seconds, self.timeout)
+
+
 @dataclass
 class Endpoint:
-    """A scenario partner's script: checks the signature, then answers as ``spec`` says."""
+    """A scenario partner's script: checks the signature, then answers as ``spec`` says.
+
+    With a ``stopwatch``, the time an answer takes is told to it rather than spent: the answer comes
+    at once, unless it is one the worker must not get in time, which is held past the timeout.
+    Without one, every answer waits its designed delay in real time.
+    """
 
     spec: PartnerSpec
     seed: int
     secret: str = ""  # known once the partner is onboarded
     refused: int = 0  # deliveries whose signature did not verify; the generator expects none
+    stopwatch: Stopwatch | None = None
 
     def __call__(self, received: Received) -> Reply:
         try:
@@ -139,6 +168,10 @@ class Endpoint:
         stamp = received.headers[signing.TIMESTAMP_HEADER]
         # One draw per attempt, from what the attempt carries: the same in every run, whatever
         # order the attempts arrive in.
-        draw = random.Random(f"{self.seed}/{self.spec.name}/{event_id}/{stamp}").random()
-        answer = self.spec.answer(draw, received.at)
-        return Reply(answer.status, answer.body, dict(answer.headers), answer.delay)
+        draws = random.Random(f"{self.seed}/{self.spec.name}/{event_id}/{stamp}")
+        answer = self.spec.answer(draws.random(), received.at)
+        delay = answer.delay
+        if self.stopwatch is not None:
+            self.stopwatch.advance(delay + draws.uniform(*TRANSIT))
+            delay = delay if delay >= self.stopwatch.timeout else 0.0
+        return Reply(answer.status, answer.body, dict(answer.headers), delay)

@@ -21,7 +21,7 @@ from ulid import ULID
 DEFAULT_SEED = 20260629  # the public API version date; any integer gives another, equally valid demo
 # Bump when the demo changes in a way ``digest`` cannot see: how the driver or the receivers play
 # the scenario, rather than the scenario itself.
-FORMAT = 2
+FORMAT = 3
 
 # --- the scenario -----------------------------------------------------------------------------
 
@@ -38,15 +38,14 @@ DEMO_ADMIN_TOKEN = "demo-admin-token-for-the-loopback-server"  # noqa: S105
 # Short, so the whole schedule plays out in a few simulated minutes; the clock is simulated, so
 # a longer one would cost nothing but rows.
 RETRY_SCHEDULE = (30.0, 120.0, 600.0, 1800.0)
-WEBHOOK_TIMEOUT = 0.3  # seconds of real time; the slow partner's hang outlasts it
-PROMPT_REPLY = 0.1  # seconds of real time the healthy partner takes on a busy moment
-SLOW_REPLY = 0.2  # seconds of real time the slow partner takes when it does answer
+WEBHOOK_TIMEOUT = 0.3  # seconds; the slow partner's hang outlasts it in real time
+PROMPT_REPLY = 0.1  # seconds the healthy partner takes on a busy moment
+SLOW_REPLY = 0.2  # seconds the slow partner takes when it does answer
 HANG = 0.6  # seconds the slow partner sits on a request it will not answer in time
-# Answers come after 0, PROMPT_REPLY or SLOW_REPLY seconds, or not before WEBHOOK_TIMEOUT; loopback
-# adds a few ms. Read at this resolution, every duration falls in the same step on every run: each
-# designed delay starts a step, so an attempt may run up to 99 ms late (a loaded machine's
-# scheduling, a garbage collection) and still read the same. At 50 ms steps, one attempt in a few
-# hundred crossed into the next step on a busy machine.
+TRANSIT = (0.001, 0.009)  # seconds loopback adds to an attempt, drawn per attempt in this range
+# The notebooks read latency in steps this wide, each designed delay starting one. The demo's
+# durations are the same every run at any resolution (see the package's docstring); a real log's
+# are measured in real time and carry a few ms of jitter, which a step absorbs.
 LATENCY_RESOLUTION_MS = 100
 
 HEALTHY = "Lighthouse Analytics"
@@ -59,7 +58,8 @@ GONE_AT = datetime(2026, 6, 10, tzinfo=UTC)  # from then on the partner answers 
 
 @dataclass(frozen=True)
 class Answer:
-    """How a partner's endpoint answers one attempt, ``delay`` seconds of real time after it came."""
+    """How a partner's endpoint answers one attempt, ``delay`` seconds after it came (on the demo's
+    stopwatch, ``service.demo.receivers.Stopwatch``)."""
 
     status: int = 200
     body: str = '{"received":true}'
@@ -535,6 +535,7 @@ def digest(seed: int = DEFAULT_SEED, registrations: int = REGISTRATIONS, events:
         PARTNERS,
         RETRY_SCHEDULE,
         WEBHOOK_TIMEOUT,
+        TRANSIT,
         END,
         plan(seed, registrations, events),
     )

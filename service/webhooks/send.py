@@ -21,7 +21,7 @@ from typing import NamedTuple
 import aiohttp
 from yarl import URL
 
-from service.clock import Clock
+from service.clock import Clock, Timer
 from service.events import format_occurred_at, new_event_id
 from service.text import readable
 from service.webhooks.outbox import new_delivery_id
@@ -115,12 +115,14 @@ class Sender:
         resolve: Resolve = system_resolve,
         limit: int = 32,
         connect_timeout: float | None = None,
+        timer: Timer = time.perf_counter,
     ) -> None:
         # The connection (name resolution, TCP, TLS) must be made within connect_timeout; the
         # whole attempt, answer included, within timeout.
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._allow_private = allow_private
         self._clock = clock
+        self._timer = timer  # reads each attempt's duration
         self._resolve = resolve
         self._limit = limit
         self._session: aiohttp.ClientSession | None = None
@@ -165,7 +167,7 @@ class Sender:
         if self._session is None:
             raise RuntimeError("the sender is not open")
         started_at = self._clock()
-        began = time.perf_counter()
+        began = self._timer()
         headers = signature_headers(
             event=event,
             delivery_id=delivery_id,
@@ -185,19 +187,18 @@ class Sender:
                 retry_after = parse_retry_after(header, self._clock()) if header is not None else None
                 excerpt = await _excerpt(response)
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
-            return Attempt(started_at, _ms_since(began), error_class=error_class(error))
+            return Attempt(started_at, self._ms_since(began), error_class=error_class(error))
         return Attempt(
             started_at,
-            _ms_since(began),
+            self._ms_since(began),
             status_code=status,
             error_class=_status_error(status),
             response_excerpt=excerpt,
             retry_after=retry_after,
         )
 
-
-def _ms_since(began: float) -> int:
-    return round((time.perf_counter() - began) * 1000)
+    def _ms_since(self, began: float) -> int:
+        return round((self._timer() - began) * 1000)
 
 
 async def _excerpt(response: aiohttp.ClientResponse) -> str | None:

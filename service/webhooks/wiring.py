@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.clock import Clock
+from service.clock import Clock, Timer
 from service.keyring import Keyring, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
@@ -30,8 +31,10 @@ def sender(
     clock: Clock,
     resolve: Resolve = system_resolve,
     limit: int = TEST_SENDER_CONNECTIONS,
+    timer: Timer = time.perf_counter,
 ) -> Sender:
-    """A sender held to the settings' timeouts and private-address rule, with ``limit`` connections."""
+    """A sender held to the settings' timeouts and private-address rule, with ``limit`` connections;
+    ``timer`` reads each attempt's duration."""
     return Sender(
         timeout=settings.webhook_timeout,
         connect_timeout=settings.webhook_connect_timeout,
@@ -39,6 +42,7 @@ def sender(
         clock=clock,
         resolve=resolve,
         limit=limit,
+        timer=timer,
     )
 
 
@@ -70,6 +74,7 @@ def worker(
     concurrency: int = CONCURRENCY,
     depth: int = DEPTH,
     poll_interval: float = POLL_INTERVAL,
+    timer: Timer = time.perf_counter,
 ) -> Worker:
     """A delivery worker with a sender of ``concurrency`` connections; ``keyring`` by default the
     settings' (``load_keyring``)."""
@@ -77,7 +82,7 @@ def worker(
         engine,
         settings=settings,
         clock=clock,
-        sender=sender(settings, clock=clock, resolve=resolve, limit=concurrency),
+        sender=sender(settings, clock=clock, resolve=resolve, limit=concurrency, timer=timer),
         keyring=keyring or load_keyring(settings),
         metrics=metrics,
         rng=rng,
