@@ -245,6 +245,43 @@ def test_a_claim_reads_each_deep_partner_its_share(limit: int, deep: set[str] | 
     assert claim_module._share(limit, deep) == each
 
 
+@pytest.mark.parametrize(
+    ("limit", "deep", "cap", "each"),
+    [
+        (512, set(), 8, 8),  # none deep: no partner may take more than its slots
+        (4, set(), 8, 4),
+        (512, None, 8, 512),  # every partner deep
+        (512, {f"p{n}" for n in range(10)}, 8, 52),  # the deep partners share the claim
+    ],
+)
+def test_with_none_deep_a_claim_reads_each_partner_the_default_cap(
+    limit: int, deep: set[str] | None, cap: int, each: int
+) -> None:
+    assert claim_module._share(limit, deep, cap) == each
+
+
+def test_with_none_deep_a_partner_with_a_larger_cap_still_gets_its_slots(
+    database_url: str, clock: Any
+) -> None:
+    """A worker's first claim reads each partner the default cap (8) first; a partner whose own cap
+    is larger gets the rest of its slots in the second pass, and the others no more than theirs."""
+
+    async def scenario() -> dict[str, int]:
+        engine = create_engine(database_url)
+        targets = [("wide", "https://wide.example/hook", 20)]
+        targets += [(f"p{n}", f"https://p{n}.example/hook", None) for n in range(3)]
+        await _setup(engine, clock, targets, 30, fixed_keyring())
+        async with engine.begin() as conn:
+            names = {row.id: row.name for row in await conn.execute(select(partners.partners))}
+        jobs = await _claim_ahead(
+            engine, clock, "a", depth=4, lease=timedelta(seconds=30), deep=set(), limit=512
+        )
+        await engine.dispose()
+        return {name: sum(names[job.partner_id] == name for job in jobs) for name in names.values()}
+
+    assert asyncio.run(scenario()) == {"wide": 20, "p0": 8, "p1": 8, "p2": 8}
+
+
 def test_a_claim_short_of_its_limit_while_shares_held_it_back_takes_the_rest(
     database_url: str, clock: Any
 ) -> None:

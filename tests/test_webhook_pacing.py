@@ -51,6 +51,17 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         (Moment(in_flight=400, parked=2800), Turn(now=True, claim=256)),
         # Partners hanging from older claims are not waited for.
         (Moment(finished=8, in_flight=80, drained=True), Turn(now=True, claim=256)),
+        # Nor are partners that are not answering, however long turns take: ten hanging partners'
+        # 80 attempts would otherwise hold a healthy partner's logging a turn long.
+        (
+            Moment(finished=8, in_flight=80, silent=80, drained=True, turn_seconds=0.02),
+            Turn(now=True, claim=256),
+        ),
+        # ... while attempts to a partner that is answering are waited for as before.
+        (
+            Moment(finished=8, in_flight=88, silent=80, drained=True, oldest=0.005, turn_seconds=0.02),
+            Turn(now=False, wait=0.015),
+        ),
         # A backlog: claimed work waits for senders, a few attempts finished: they share a commit.
         (Moment(finished=10, queued=500, in_flight=32, oldest=0.005), Turn(now=False, wait=0.015)),
         # ... until a batch of them has finished; the turn tops up the queue.

@@ -12,7 +12,11 @@ The rules, in order of weight:
   parked jobs, since a logged attempt no longer counts against its partner's claims. Whenever
   senders are starved (nothing let out waits for them), finished attempts wait no longer than a
   turn takes (and never past ``log_delay``) to share a commit, and the same transaction claims
-  again: under a backlog, turns run back to back.
+  again: under a backlog, turns run back to back. They wait only for attempts to partners that
+  are answering (delivered in the last turn, or had an attempt finish since): another partner
+  may be hanging, and its attempts in flight would hold every other partner's logging, and the
+  claim that refills their lanes, for nothing. A failing partner is answering, so its failures
+  still share a commit, and its circuit opens after no more attempts than its cap.
 - **Commits stay batched where the rate needs them.** Attempts finishing while claimed work still
   waits for a sender share a commit: they wait until a batch of them has finished or the oldest
   has waited ``log_delay``. Turns run back to back under a backlog, so what finishes during one
@@ -48,6 +52,9 @@ class Moment(NamedTuple):
     expired: int = 0  # claims to hand back unsent
     queued: int = 0  # jobs let out, waiting for a sender
     in_flight: int = 0  # attempts being sent
+    # Of those, attempts to partners that neither delivered in the last turn nor had an attempt
+    # finish since: they may be hanging, so nothing waits for them.
+    silent: int = 0
     parked: int = 0  # jobs claimed and held in the lanes until their partners have a free slot
     drained: bool = False  # the last claim took all there was, and nothing freed or woke since
     oldest: float = 0.0  # seconds the oldest finished attempt has waited
@@ -77,8 +84,8 @@ def decide(moment: Moment, pace: Pace) -> Turn:
     # How long finished attempts wait to share a commit: no longer than a turn takes while senders
     # are starved (under a backlog turns run back to back), the log delay while they are busy.
     patience = min(pace.log_delay, moment.turn_seconds) if starved else pace.log_delay
-    if starved and not moment.in_flight:
-        patience = 0.0  # nothing out could share the commit: log at once
+    if starved and moment.in_flight <= moment.silent:
+        patience = 0.0  # nothing out is likely to share the commit soon: log at once
     log_now = moment.finished > 0 and (moment.finished >= pace.batch or moment.oldest >= patience)
     if claim_now or log_now or moment.expired:
         # Logging frees the finished attempts' partner slots, so a turn that logs claims even

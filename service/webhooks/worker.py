@@ -207,6 +207,10 @@ class Worker:
         self._turn_seconds = 0.0  # how long the last turn took
         self._turning = False  # a turn is under way: the bookkeeper decides again when it ends
         self._delivered_last: set[str] = set()  # the partners the last turn's attempts delivered to
+        # Those, and the partners with an attempt finished since: their attempts in flight are
+        # likely to finish soon, so finished attempts may wait to share a commit with them; the
+        # others' may be hanging (pacing.Moment.silent).
+        self._answering: set[str] = set()
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -329,6 +333,7 @@ class Worker:
             expired=len(self._expired),
             queued=self._jobs.qsize(),
             in_flight=self._in_flight,
+            silent=self._in_flight - sum(map(self.lanes.out, self._answering)),
             parked=self.lanes.parked,
             drained=self._drained,
             oldest=asyncio.get_running_loop().time() - self._first_record_at if records else 0.0,
@@ -411,6 +416,7 @@ class Worker:
             if first:
                 self._first_record_at = loop.time()
             self._records.append(record)
+            self._answering.add(job.partner_id)
             # Not for every attempt: the first one waiting starts the bookkeeper's timer, later
             # ones wake it only when it has work; during a turn (back to back under a backlog)
             # none asks, as the bookkeeper decides again when the turn ends.
@@ -448,6 +454,7 @@ class Worker:
         expired, self._expired = self._expired, []
         if not records and not expired and not claim:
             return 0, []
+        answering, self._answering = self._answering, set()
         try:
             async with self._db_lock, brief_transaction(self.engine) as conn:
                 effects = await settle.record(conn, records, breaker=self.breaker)
@@ -465,8 +472,10 @@ class Worker:
                 return len(records), jobs
             self._records[:0] = records  # logged next turn; their claims hold meanwhile
             self._expired[:0] = expired
+            self._answering |= answering
             raise
         self._delivered_last = _delivering(records)
+        self._answering |= self._delivered_last
         changes = settle.changes(effects)
         self._counted(records, changes)
         self._hold_back(records, changes)
