@@ -14,7 +14,12 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
 
     python -m benchmarks.delivery [--events 5000] [--concurrency 32] [--samples 200] [--rounds 3]
                                   [--database-url postgresql://user@host/db]
-                                  [--isolation EVENTS [--isolation-rounds 3]]
+                                  [--isolation EVENTS [--isolation-rounds 3] [--isolation-control]]
+
+``--isolation`` publishes a burst of EVENTS to a healthy partner beside K = 0, 1 and 10 partners
+that never answer, in rounds side by side; the target: beside them, at least 0.9 of its rate and
+p99 alone. ``--isolation-control`` adds to each round the ten partners paused instead: their rows
+are in the table, none is sent, which tells the hanging's cost apart from the larger table's.
 
 With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
 events stored for one partner, drained by the worker, first with the partner unbatched (one POST
@@ -335,14 +340,17 @@ async def latency(engine: object, settings: object, base: str, samples: int) -> 
 
 @dataclass(frozen=True, slots=True)
 class Beside:
-    hanging: int
+    hanging: int  # the other partners, hanging (or paused, in the control)
     rate: float  # the healthy partner's deliveries per second, from the burst's commit to the last
     p99_ms: float  # the burst's commit to each receipt
 
 
-async def beside_hanging(database_url: str, base: str, hanging: int, events: int) -> Beside:
+async def beside_hanging(
+    database_url: str, base: str, hanging: int, events: int, *, paused: bool = False
+) -> Beside:
     """A burst of ``events`` to a healthy partner (default cap) and ``hanging`` partners that never
-    answer (default timeout), all subscribed to everything; the healthy partner's view."""
+    answer (default timeout), all subscribed to everything; the healthy partner's view. ``paused``:
+    the control, the other partners paused, so their deliveries are in the table but never sent."""
     from service.keyring import parse_keys
     from service.webhooks import partners
 
@@ -353,6 +361,9 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
         for n in range(hanging):
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
             await partners.create_partner(conn, new, now=_now(), keyring=keyring)
+        if paused:
+            hanging_ones = partners.partners.c.name.like("hanging %")
+            await conn.execute(partners.partners.update().where(hanging_ones).values(status="paused"))
     worker = _worker(engine, settings)
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
@@ -361,7 +372,7 @@ async def beside_hanging(database_url: str, base: str, hanging: int, events: int
         # worker starts: with ten hanging partners it writes 22,000 rows, and on a slow machine
         # held SQLite's write lock longer than a worker's turn waits for it (10 s), so the turn
         # failed and the worker paused a second before the count began.
-        await backlog(engine, events, prefix=f"iso{hanging}", chunk=events)
+        await backlog(engine, events, prefix=f"iso{hanging}{'p' if paused else ''}", chunk=events)
         published = time.time()
         await worker.start()
         try:
@@ -546,12 +557,13 @@ async def run_batch(args: argparse.Namespace, base: str, database_url: str) -> i
 
 async def isolation(args: argparse.Namespace, base: str, database_url: str) -> bool:
     """Rounds of K = 0, 1, 10 side by side, so the machine's other load hits each alike; the best
-    rate and p99 of each K count."""
-    runs = [
-        await beside_hanging(database_url, base, k, args.isolation)
-        for _ in range(args.isolation_rounds)
-        for k in (0, 1, 10)
-    ]
+    rate and p99 of each K count. With ``--isolation-control``, each round also runs the control."""
+    runs: list[Beside] = []
+    control: list[Beside] = []
+    for _ in range(args.isolation_rounds):
+        runs += [await beside_hanging(database_url, base, k, args.isolation) for k in (0, 1, 10)]
+        if args.isolation_control:
+            control.append(await beside_hanging(database_url, base, 10, args.isolation, paused=True))
     best = {k: max(r.rate for r in runs if r.hanging == k) for k in (0, 1, 10)}
     p99 = {k: min(r.p99_ms for r in runs if r.hanging == k) for k in (0, 1, 10)}
     print(f"isolation: {args.isolation} events published in a burst to one healthy partner beside K "
@@ -561,6 +573,9 @@ async def isolation(args: argparse.Namespace, base: str, database_url: str) -> b
         print(
             f"  round {number // 3 + 1} K={r.hanging:2d}: {r.rate:7.0f} deliveries/s, p99 {r.p99_ms:7.1f} ms"
         )
+        if control and number % 3 == 2:
+            c = control[number // 3]
+            print(f"  round {number // 3 + 1} paused 10: {c.rate:7.0f} deliveries/s, p99 {c.p99_ms:7.1f} ms")
     ok = True
     for k in (1, 10):
         rate_ratio, p99_ratio = best[k] / best[0], p99[0] / p99[k]
@@ -568,6 +583,12 @@ async def isolation(args: argparse.Namespace, base: str, database_url: str) -> b
         print(f"  best K={k:2d}: {best[k]:7.0f}/s, p99 {p99[k]:7.1f} ms; alone {best[0]:7.0f}/s, p99 "
               f"{p99[0]:7.1f} ms: rate ratio {rate_ratio:4.2f}, p99 ratio (alone / beside) {p99_ratio:4.2f} "
               f"(target >= {ISOLATION_TARGET})")  # fmt: skip
+    if control:
+        # The ten partners paused instead of hanging: their deliveries are in the table, none is
+        # sent. Beside K=10 and K=0 it tells what the hanging costs apart from the larger table.
+        rate = max(r.rate for r in control)
+        print(f"  control, 10 partners paused (their rows in the table, none sent): {rate:7.0f}/s, "
+              f"{rate / best[0]:4.2f} of alone; beside 10 hanging, {best[10] / rate:4.2f} of it")  # fmt: skip
     return ok
 
 
@@ -680,6 +701,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
     )
+    parser.add_argument(
+        "--isolation-control", action="store_true",
+        help="then as many rounds with the ten partners paused: the larger table without the hanging",
+    )  # fmt: skip
     parser.add_argument(
         "--depth", type=int, default=None, help="the worker's claim depth (default: the worker's own)"
     )

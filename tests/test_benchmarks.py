@@ -44,10 +44,12 @@ def test_quick_run_prints_the_table() -> None:
 @pytest.mark.slow
 def test_delivery_benchmark_runs_the_isolation_rounds() -> None:
     """`python -m benchmarks.delivery --isolation` drains, measures latency, then runs K = 0, 1, 10
-    side by side and prints both ratios for K = 1 and 10 (the verdict depends on the machine)."""
+    side by side and prints both ratios for K = 1 and 10 (the verdict depends on the machine);
+    `--isolation-control` adds to each round a run with the ten partners paused (their rows in the
+    table, none sent), compared with K = 0 and K = 10."""
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.delivery", "--events", "200", "--rounds", "1", "--samples", "5",
-         "--isolation", "100", "--isolation-rounds", "1"],
+         "--isolation", "100", "--isolation-rounds", "1", "--isolation-control"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -60,6 +62,9 @@ def test_delivery_benchmark_runs_the_isolation_rounds() -> None:
     assert [line.split("K=")[1].split(":")[0].strip() for line in rounds] == ["0", "1", "10"]
     best = [line for line in lines if line.strip().startswith("best K=")]
     assert len(best) == 2 and all("rate ratio" in line and "p99 ratio" in line for line in best)
+    assert [line.strip().split(":")[0] for line in lines if "paused 10:" in line] == ["round 1 paused 10"]
+    [control] = [line for line in lines if line.strip().startswith("control, 10 partners paused")]
+    assert "of alone; beside 10 hanging" in control
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
