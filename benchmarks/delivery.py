@@ -703,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--isolation-control", action="store_true",
-        help="then as many rounds with the ten partners paused: the larger table without the hanging",
+        help="each round also runs the ten partners paused: the larger table without the hanging",
     )  # fmt: skip
     parser.add_argument(
         "--depth", type=int, default=None, help="the worker's claim depth (default: the worker's own)"
