@@ -110,7 +110,9 @@ def test_limiter_benchmark_measures_batched_redis_hits(capsys: pytest.CaptureFix
         pytest.skip("SERVICE_TEST_REDIS_URL is not set: no Redis to measure")
     from benchmarks import ratelimit
 
-    ratelimit.main(["--hits", "100", "--clients", "1", "--rounds", "1", "--redis", REDIS_URL, "--redis-hits", "64"])
+    ratelimit.main(
+        ["--hits", "100", "--clients", "1", "--rounds", "1", "--redis", REDIS_URL, "--redis-hits", "64"]
+    )
     lines = capsys.readouterr().out.splitlines()
     start = lines.index(next(line for line in lines if line.startswith("in flight")))
     rows = [line.split() for line in lines[start + 2 : start + 5]]
@@ -167,7 +169,7 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
 ) -> None:
     """`python -m benchmarks.delivery --like-for-like DELIVERIES` drains each case (every delivery
     posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
-    each round's ratio and their median."""
+    each round's ratio and their median, and how full the worker held the caps (never past them)."""
     from benchmarks import delivery
 
     delivery.main(["--like-for-like", "160", "--rounds", "2"])
@@ -182,6 +184,8 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
         rounds = line.split("(rounds ")[1].split(", median")[0].split(", ")
         assert plain > 0 and service > 0 and ratio == pytest.approx(service / plain, abs=0.006)
         assert len(rounds) == 2 and "median" in line
+        held = float(line.split("caps held ")[1].split(" ")[0])
+        assert 0 < held <= 1
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
