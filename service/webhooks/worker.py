@@ -89,11 +89,12 @@ LOG_DELAY = 0.02
 # Claims and log writes come in batches of up to BATCH rows, and up to WAITING claimed deliveries
 # wait for a sender. Under a backlog the transactions run back to back, so each one's fixed cost
 # (round trips, commit) is what bounds the rate: draining 20,000 deliveries went from 6,400/s
-# (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. A turn's
-# round trips wait on an event loop busy with the senders, so a turn lasts about as long as the
-# senders take to send what the last one claimed, and they idle at its end: turns of 512 rows
-# share that wait among twice the deliveries (like for like at cap 64 and for ten partners at cap
-# 8, 6-20 % faster than 256 on both databases; docs/architecture.md "Slots"). A waiting delivery
+# (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. Under a
+# backlog a turn lasts about as long as the senders take to send what the last one claimed, and
+# they idle at its end: the database settles and claims rows about as fast as they are sent, and
+# each round trip also waits on an event loop busy with the senders. Turns of 512 rows share the
+# wait among twice the deliveries (like for like at cap 64 and for ten partners at cap 8, 6-20 %
+# faster than 256 on both databases; docs/architecture.md "Slots"). A waiting delivery
 # that could no longer finish inside its lease is handed back instead of sent.
 BATCH = 512
 WAITING = 512
