@@ -169,7 +169,7 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
 ) -> None:
     """`python -m benchmarks.delivery --like-for-like DELIVERIES` drains each case (every delivery
     posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
-    each round's ratio and their median, and how full the worker held the caps (never past them)."""
+    each round's ratio and their median, and how full the worker held the caps (on average, never past them)."""
     from benchmarks import delivery
 
     delivery.main(["--like-for-like", "160", "--rounds", "2"])
