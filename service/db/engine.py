@@ -64,9 +64,12 @@ POSTGRESQL_SERVER_SETTINGS = {
 # ends the session after this long idle and frees them, not after the 35 s every session gets, so
 # the other workers (and this one, once the link heals) claim again within seconds.
 BRIEF_IDLE_IN_TRANSACTION_MS = 5_000
-_BOUND_IDLE = select(
-    func.set_config("idle_in_transaction_session_timeout", bindparam("b_idle_ms"), True)
+_BOUND_IDLE = select(func.set_config("idle_in_transaction_session_timeout", bindparam("b_idle_ms"), True))
+# The same bound for a whole session (HeldConnection), and the session's own value again.
+_SESSION_BOUND_IDLE = select(
+    func.set_config("idle_in_transaction_session_timeout", bindparam("b_idle_ms"), False)
 )
+_RESET_BOUND_IDLE = text("RESET idle_in_transaction_session_timeout")
 
 
 def async_url(database_url: str) -> URL:
@@ -217,6 +220,74 @@ async def brief_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
         if conn.dialect.name == "postgresql":
             await conn.execute(_BOUND_IDLE, {"b_idle_ms": str(BRIEF_IDLE_IN_TRANSACTION_MS)})
         yield conn
+
+
+class HeldConnection:
+    """One connection for brief transactions that follow each other closely (the delivery worker's
+    turns under a backlog), kept checked out from one to the next until ``release``.
+
+    ``brief_transaction`` checks a connection out for every transaction, and on PostgreSQL that
+    costs two round trips before the first statement: the pool's ping and the idle bound. On a
+    worker whose event loop is busy with hundreds of senders each round trip waits for the loop to
+    come round, longest at the start of a turn, just after the senders were handed the last claim:
+    6-13 ms each of a 76 ms turn, ten partners at cap 8 (docs/architecture.md "Slots"). Held, the
+    connection is pinged when checked out, carries the bound (``BRIEF_IDLE_IN_TRANSACTION_MS``) for
+    its whole session, and goes back to the pool with the session's own bound when released. A
+    transaction that fails discards it: the next one checks out a fresh connection, pinged."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._conn: AsyncConnection | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        """A transaction on the held connection (checked out first if none is held)."""
+        conn = self._conn or await self._check_out()
+        try:
+            async with conn.begin():
+                yield conn
+        except BaseException:
+            self._conn = None
+            await _discard(conn)
+            raise
+
+    async def release(self) -> None:
+        """Give the connection back to the pool, its session's own idle bound restored."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(_RESET_BOUND_IDLE)
+                await conn.commit()
+        except BaseException:
+            await _discard(conn)  # never back to the pool still bound
+            raise
+        await conn.close()
+
+    async def _check_out(self) -> AsyncConnection:
+        conn = await self.engine.connect()
+        try:
+            if conn.dialect.name == "postgresql":
+                await conn.execute(_SESSION_BOUND_IDLE, {"b_idle_ms": str(BRIEF_IDLE_IN_TRANSACTION_MS)})
+                await conn.commit()
+        except BaseException:
+            await _discard(conn)
+            raise
+        self._conn = conn
+        return conn
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close a connection and keep it out of the pool: its state is unknown after a failure."""
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+    with contextlib.suppress(Exception):
+        await conn.close()
 
 
 def alembic_config(database_url: str) -> Config:

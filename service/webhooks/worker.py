@@ -54,7 +54,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
-from service.db.engine import brief_transaction
+from service.db.engine import HeldConnection
 from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
@@ -194,6 +194,8 @@ class Worker:
             batch=batch, capacity=concurrency + min(WAITING, 2 * batch), log_delay=LOG_DELAY
         )
         self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
+        # Its turns' connection, held while they follow each other, given back before a longer wait.
+        self.connection = HeldConnection(engine)
         # One run's parts (set up by `run`).
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
         self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
@@ -282,6 +284,7 @@ class Worker:
                 for task in (*senders, *helpers):
                     task.cancel()
         await self._final_turn()
+        await self._give_back_connection()
         return self.logged - logged_before
 
     async def _bookkeep(self, until_idle: bool) -> None:
@@ -307,6 +310,8 @@ class Worker:
                 if wait is None:
                     since = loop.time() - last_claim if self._drained else 0.0
                     wait = self.poll_interval - since
+                if pacing.idle(moment):  # nothing will turn it soon: the pool may have it back
+                    await self._give_back_connection()
                 await self._pause(wait)
                 continue
             began = loop.time()
@@ -440,6 +445,13 @@ class Worker:
         while self._in_flight and loop.time() < deadline:
             await self._pause(deadline - loop.time())
 
+    async def _give_back_connection(self) -> None:
+        """Return the turns' connection to the pool (the worker is about to wait, or stops)."""
+        try:
+            await self.connection.release()
+        except Exception:
+            log.warning("the database connection could not be given back cleanly; it was closed")
+
     async def _final_turn(self) -> None:
         try:
             await self._turn(0)
@@ -457,7 +469,7 @@ class Worker:
             return 0, []
         answering, self._answering = self._answering, set()
         try:
-            async with self._db_lock, brief_transaction(self.engine) as conn:
+            async with self._db_lock, self.connection.transaction() as conn:
                 effects = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
@@ -501,7 +513,7 @@ class Worker:
         for record in records:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
-                    async with self._db_lock, brief_transaction(self.engine) as conn:
+                    async with self._db_lock, self.connection.transaction() as conn:
                         effects = await settle.record(conn, [attempt], breaker=self.breaker)
                         await partners.apply(conn, effects, now=self.clock())
                 except Exception as error:

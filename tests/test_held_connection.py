@@ -1,0 +1,146 @@
+"""The worker's turns keep one connection while they follow each other (``db.engine.HeldConnection``):
+no checkout ping and no idle-bound statement per turn, the bound still on every turn's transaction,
+the connection back in the pool with its session's own bound when the worker waits, and thrown away
+after a failure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select, text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from webhook_helpers import Receiver, room_claimed, settings
+
+from service.db.engine import (
+    BRIEF_IDLE_IN_TRANSACTION_MS,
+    POSTGRESQL_STATEMENT_TIMEOUT_MS,
+    HeldConnection,
+    create_engine,
+)
+from service.db.tables import events
+from service.events import parse_event
+from service.keyring import load_keyring
+from service.settings import Settings
+from service.webhooks import outbox, partners, wiring
+
+_SHOW_BOUND = text("SHOW idle_in_transaction_session_timeout")
+
+
+def _counted(engine: AsyncEngine, name: str) -> list[int]:
+    """How many times the engine's ``name`` event (a pool or connection event) has fired since."""
+    fired = [0]
+
+    def count(*_: Any) -> None:
+        fired[0] += 1
+
+    event.listen(engine.sync_engine, name, count)
+    return fired
+
+
+async def _bound(conn: AsyncConnection) -> str | None:
+    """The session's idle-in-transaction bound on PostgreSQL; None on SQLite, which has none."""
+    if conn.dialect.name != "postgresql":
+        return None
+    return str(await conn.scalar(_SHOW_BOUND))
+
+
+def _shown(ms: int) -> str:
+    """How PostgreSQL shows a bound given in milliseconds (5000 -> '5s')."""
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def test_transactions_in_a_row_share_one_checkout_and_each_carries_the_bound(database_url: str) -> None:
+    async def scenario() -> tuple[int, list[str | None], str | None, int]:
+        engine = create_engine(database_url, bounded=True)
+        checkouts = _counted(engine, "checkout")
+        held = HeldConnection(engine)
+        try:
+            seen = []
+            for _ in range(3):
+                async with held.transaction() as conn:
+                    seen.append(await _bound(conn))
+                    assert await conn.scalar(select(func.count()).select_from(events)) == 0
+            assert held.held
+            await held.release()
+            assert not held.held
+            checked_out = checkouts[0]
+            back_in_pool = engine.sync_engine.pool.checkedin()  # type: ignore[attr-defined]
+            async with engine.connect() as conn:  # the same connection, as the pool hands it on
+                after = await _bound(conn)
+            return checked_out, seen, after, back_in_pool
+        finally:
+            await engine.dispose()
+
+    checkouts, seen, after, back_in_pool = asyncio.run(scenario())
+    postgres = database_url.startswith("postgres")
+    assert checkouts == 1
+    assert seen == [_shown(BRIEF_IDLE_IN_TRANSACTION_MS) if postgres else None] * 3
+    # Released, it is in the pool again with the bound every other session gets.
+    assert back_in_pool == 1
+    assert after == (_shown(POSTGRESQL_STATEMENT_TIMEOUT_MS) if postgres else None)
+
+
+def test_a_failed_transaction_throws_its_connection_away_and_the_next_one_checks_out_afresh(
+    database_url: str, clock: Any
+) -> None:
+    async def scenario() -> tuple[int, int, bool]:
+        engine = create_engine(database_url, bounded=True)
+        checkouts, connections = _counted(engine, "checkout"), _counted(engine, "connect")
+        held = HeldConnection(engine)
+        try:
+            async with held.transaction() as conn:
+                await outbox.publish(conn, parse_event(room_claimed(), now=clock()), now=clock())
+            with pytest.raises(RuntimeError):
+                async with held.transaction() as conn:
+                    await conn.execute(events.delete())
+                    raise RuntimeError("a turn failed halfway")
+            assert not held.held
+            async with held.transaction() as conn:
+                kept = await conn.scalar(select(func.count()).select_from(events)) == 1
+            await held.release()
+            return checkouts[0], connections[0], kept
+        finally:
+            await engine.dispose()
+
+    checkouts, connections, kept = asyncio.run(scenario())
+    assert kept  # the failed transaction was rolled back
+    # The connection it ran on was closed, never handed on in an unknown state: the next
+    # transaction checked out a new one.
+    assert checkouts == 2
+    assert connections == 2
+
+
+def test_a_worker_draining_a_backlog_checks_out_once_for_many_turns_and_gives_it_back(
+    database_url: str, clock: Any
+) -> None:
+    """Turns of 16 (two senders) drain 96 deliveries back to back on one checkout; the drained
+    worker, about to wait, has given the connection back."""
+    config = Settings(database_url=database_url, **settings())
+    count = 96
+    with Receiver() as receiver:
+
+        async def scenario() -> tuple[int, int, bool, int]:
+            engine = create_engine(database_url)
+            try:
+                async with engine.begin() as conn:
+                    new = partners.NewPartner("held", receiver.url(), None, None)
+                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+                for index in range(count):
+                    await outbox.publish_event(
+                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                    )
+                worker = wiring.worker(engine, config, clock=clock, concurrency=2)
+                checkouts, commits = _counted(engine, "checkout"), _counted(engine, "commit")
+                async with worker:
+                    logged = await worker.drain()
+                return checkouts[0], commits[0], worker.connection.held, logged
+            finally:
+                await engine.dispose()
+
+        checkouts, commits, still_held, logged = asyncio.run(scenario())
+    assert logged == count
+    assert commits >= count // 16  # a turn logs and claims at most 16 (8 a sender)
+    assert checkouts <= 2, f"{checkouts} checkouts for {commits} commits"
+    assert not still_held
