@@ -18,7 +18,8 @@ The loop is made of standard parts:
 - **settle**: the bookkeeper logs every attempt finished since its last turn, settles their
   deliveries and moves their partners' circuits (``service.webhooks.settle``), in the same
   transaction as its next claim, which then tops the lanes up. Under load one commit carries
-  hundreds of attempts; an idle worker turns as soon as something happens.
+  hundreds of attempts; an idle worker turns as soon as something happens. Turns that follow each
+  other run on one connection (``db.engine.HeldConnection``), given back when the worker falls idle.
 
 A hanging partner holds only its own slots, and its lane parks the rest of what it claimed; the
 sender pool is large enough that a few hanging partners' slots leave most of it free, and a partner
