@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from webhook_helpers import Receiver, room_claimed, settings
 
@@ -144,3 +145,40 @@ def test_a_worker_draining_a_backlog_checks_out_once_for_many_turns_and_gives_it
     assert commits >= count // 16  # a turn logs and claims at most 16 (8 a sender)
     assert checkouts <= 2, f"{checkouts} checkouts for {commits} commits"
     assert not still_held
+
+
+def test_a_held_connection_the_server_ended_fails_one_transaction_and_the_next_reconnects(
+    postgres_database: str,
+) -> None:
+    """Held, a connection is not pinged between transactions: one the server ended meanwhile
+    (PostgreSQL's ``pg_terminate_backend``) fails the next transaction, is thrown away, and the one
+    after runs on a new connection."""
+
+    async def scenario() -> tuple[bool, bool, bool]:
+        engine = create_engine(postgres_database, bounded=True)
+        admin = create_engine(postgres_database)
+        held = HeldConnection(engine)
+        try:
+            async with held.transaction() as conn:
+                pid = await conn.scalar(select(func.pg_backend_pid()))
+            async with admin.begin() as conn:
+                await conn.execute(select(func.pg_terminate_backend(pid)))
+            failed = False
+            try:
+                async with held.transaction() as conn:
+                    await conn.scalar(select(1))
+            except DBAPIError as error:
+                failed = error.connection_invalidated
+            thrown_away = not held.held
+            async with held.transaction() as conn:
+                other = await conn.scalar(select(func.pg_backend_pid())) != pid
+            await held.release()
+            return failed, thrown_away, other
+        finally:
+            await engine.dispose()
+            await admin.dispose()
+
+    failed, thrown_away, other = asyncio.run(scenario())
+    assert failed
+    assert thrown_away
+    assert other
