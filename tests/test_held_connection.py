@@ -182,3 +182,38 @@ def test_a_held_connection_the_server_ended_fails_one_transaction_and_the_next_r
     assert failed
     assert thrown_away
     assert other
+
+
+def test_a_worker_run_cancelled_mid_backlog_gives_its_connection_back(database_url: str, clock: Any) -> None:
+    """However the loop ends (here cancelled between two turns), the pool gets the connection back."""
+    config = Settings(database_url=database_url, **settings())
+    with Receiver() as receiver:
+
+        async def scenario() -> tuple[bool, bool]:
+            engine = create_engine(database_url)
+            try:
+                async with engine.begin() as conn:
+                    new = partners.NewPartner("held", receiver.url(), None, None)
+                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+                for index in range(200):
+                    await outbox.publish_event(
+                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                    )
+                worker = wiring.worker(engine, config, clock=clock, concurrency=2)
+                async with worker:
+                    running = asyncio.get_running_loop().create_task(worker.run())
+                    # Cancelled between turns (a turn's own failure throws the connection away):
+                    # the bookkeeper waits for finished attempts with the connection still held.
+                    while not worker.connection.held or worker._turning:
+                        await asyncio.sleep(0)
+                    was_held = worker.connection.held
+                    running.cancel()
+                    with pytest.raises(asyncio.CancelledError):
+                        await running
+                return was_held, worker.connection.held
+            finally:
+                await engine.dispose()
+
+        was_held, still_held = asyncio.run(scenario())
+    assert was_held
+    assert not still_held

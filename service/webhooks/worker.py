@@ -270,22 +270,24 @@ class Worker:
         self.lanes = Lanes(self._jobs.put_nowait)
         self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
-        async with asyncio.TaskGroup() as group:
-            senders = [
-                group.create_task(self._send(), name=f"webhook-sender-{number}")
-                for number in range(self.concurrency)
-            ]
-            helpers = [group.create_task(self._forward_wakes(), name="webhook-wakes")]
-            if not until_idle:
-                helpers.append(group.create_task(self._prune_hourly(), name="webhook-retention"))
-            try:
-                await self._bookkeep(until_idle)
-            finally:
-                await self._wind_down()
-                for task in (*senders, *helpers):
-                    task.cancel()
-        await self._final_turn()
-        await self._give_back_connection()
+        try:
+            async with asyncio.TaskGroup() as group:
+                senders = [
+                    group.create_task(self._send(), name=f"webhook-sender-{number}")
+                    for number in range(self.concurrency)
+                ]
+                helpers = [group.create_task(self._forward_wakes(), name="webhook-wakes")]
+                if not until_idle:
+                    helpers.append(group.create_task(self._prune_hourly(), name="webhook-retention"))
+                try:
+                    await self._bookkeep(until_idle)
+                finally:
+                    await self._wind_down()
+                    for task in (*senders, *helpers):
+                        task.cancel()
+            await self._final_turn()
+        finally:
+            await self._give_back_connection()
         return self.logged - logged_before
 
     async def _bookkeep(self, until_idle: bool) -> None:
