@@ -92,10 +92,17 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, migrated_sqlite
     or this run's PostgreSQL database, with ``SERVICE_SECRETS_KEY`` set for the test as it must be."""
     if request.param == "sqlite":
         return _fresh_sqlite(migrated_sqlite, tmp_path)
-    request.getfixturevalue("monkeypatch").setenv("SERVICE_SECRETS_KEY", TEST_SECRETS_KEY)
-    url = request.getfixturevalue("postgres_database")
-    _run(_empty_tables(url))
+    url: str = request.getfixturevalue("empty_postgres")
     return url
+
+
+@pytest.fixture
+def empty_postgres(postgres_database: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """This run's PostgreSQL database, emptied, with ``SERVICE_SECRETS_KEY`` set: ``database_url``'s
+    PostgreSQL case, for tests of what only PostgreSQL does."""
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", TEST_SECRETS_KEY)
+    _run(_empty_tables(postgres_database))
+    return postgres_database
 
 
 @pytest.fixture

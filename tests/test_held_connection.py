@@ -17,6 +17,7 @@ from webhook_helpers import Receiver, room_claimed, settings
 from service.db.engine import (
     BRIEF_IDLE_IN_TRANSACTION_MS,
     POSTGRESQL_STATEMENT_TIMEOUT_MS,
+    ConnectionLost,
     HeldConnection,
     create_engine,
 )
@@ -50,6 +51,17 @@ async def _bound(conn: AsyncConnection) -> str | None:
 def _shown(ms: int) -> str:
     """How PostgreSQL shows a bound given in milliseconds (5000 -> '5s')."""
     return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+async def _backlog(engine: AsyncEngine, config: Settings, clock: Any, url: str, count: int) -> None:
+    """One partner at ``url`` and ``count`` events for it, each its own delivery."""
+    async with engine.begin() as conn:
+        new = partners.NewPartner("held", url, None, None)
+        await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+    for index in range(count):
+        await outbox.publish_event(
+            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+        )
 
 
 def test_transactions_in_a_row_share_one_checkout_and_each_carries_the_bound(database_url: str) -> None:
@@ -125,13 +137,7 @@ def test_a_worker_draining_a_backlog_checks_out_once_for_many_turns_and_gives_it
         async def scenario() -> tuple[int, int, bool, int]:
             engine = create_engine(database_url)
             try:
-                async with engine.begin() as conn:
-                    new = partners.NewPartner("held", receiver.url(), None, None)
-                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
-                for index in range(count):
-                    await outbox.publish_event(
-                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
-                    )
+                await _backlog(engine, config, clock, receiver.url(), count)
                 worker = wiring.worker(engine, config, clock=clock, concurrency=2)
                 checkouts, commits = _counted(engine, "checkout"), _counted(engine, "commit")
                 async with worker:
@@ -151,8 +157,8 @@ def test_a_held_connection_the_server_ended_fails_one_transaction_and_the_next_r
     postgres_database: str,
 ) -> None:
     """Held, a connection is not pinged between transactions: one the server ended meanwhile
-    (PostgreSQL's ``pg_terminate_backend``) fails the next transaction, is thrown away, and the one
-    after runs on a new connection."""
+    (PostgreSQL's ``pg_terminate_backend``) fails the next transaction as ``ConnectionLost``, is
+    thrown away, and the one after runs on a new connection."""
 
     async def scenario() -> tuple[bool, bool, bool]:
         engine = create_engine(postgres_database, bounded=True)
@@ -167,8 +173,8 @@ def test_a_held_connection_the_server_ended_fails_one_transaction_and_the_next_r
             try:
                 async with held.transaction() as conn:
                     await conn.scalar(select(1))
-            except DBAPIError as error:
-                failed = error.connection_invalidated
+            except ConnectionLost as error:
+                failed = isinstance(error.__cause__, DBAPIError)
             thrown_away = not held.held
             async with held.transaction() as conn:
                 other = await conn.scalar(select(func.pg_backend_pid())) != pid
@@ -192,13 +198,7 @@ def test_a_worker_run_cancelled_mid_backlog_gives_its_connection_back(database_u
         async def scenario() -> tuple[bool, bool]:
             engine = create_engine(database_url)
             try:
-                async with engine.begin() as conn:
-                    new = partners.NewPartner("held", receiver.url(), None, None)
-                    await partners.create_partner(conn, new, now=clock(), keyring=load_keyring(config))
-                for index in range(200):
-                    await outbox.publish_event(
-                        engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
-                    )
+                await _backlog(engine, config, clock, receiver.url(), 200)
                 worker = wiring.worker(engine, config, clock=clock, concurrency=2)
                 async with worker:
                     running = asyncio.get_running_loop().create_task(worker.run())
@@ -217,3 +217,46 @@ def test_a_worker_run_cancelled_mid_backlog_gives_its_connection_back(database_u
         was_held, still_held = asyncio.run(scenario())
     assert was_held
     assert not still_held
+
+
+_END_OTHER_SESSIONS = text(
+    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+    " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+)
+
+
+def test_a_worker_whose_held_connection_the_server_ended_turns_again_at_once(
+    empty_postgres: str, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Once the worker holds its connection, the server ends every other session, the worker's
+    included (between two turns, or in the turn that has just begun): the turn runs again at once
+    on a new connection, with a warning, not the outage's error and its pause, and every delivery
+    is logged."""
+    config = Settings(database_url=empty_postgres, **settings())
+    count = 96
+    with Receiver() as receiver:
+
+        async def scenario() -> tuple[int, int]:
+            engine, admin = create_engine(empty_postgres), create_engine(empty_postgres)
+            try:
+                await _backlog(engine, config, clock, receiver.url(), count)
+                # An hour's poll: an outage's pause would outlast the test's own timeout.
+                worker = wiring.worker(engine, config, clock=clock, concurrency=2, poll_interval=3600)
+                async with worker, admin.connect() as ending:
+                    draining = asyncio.get_running_loop().create_task(worker.drain())
+                    while not worker.connection.held or worker._turning:  # after a turn
+                        await asyncio.sleep(0)
+                    ended = int(await ending.scalar(_END_OTHER_SESSIONS) or 0)
+                    logged = await asyncio.wait_for(draining, timeout=30)
+                return ended, logged
+            finally:
+                await engine.dispose()
+                await admin.dispose()
+
+        with caplog.at_level("WARNING", logger="service.webhooks.worker"):
+            ended, logged = asyncio.run(scenario())
+    assert ended >= 1
+    assert logged == count
+    lines = [(record.levelname, record.getMessage()) for record in caplog.records]
+    assert ("WARNING", "the database ended the connection held between turns; turning again") in lines
+    assert not [line for line in lines if line[0] == "ERROR"], lines

@@ -25,6 +25,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import bindparam, event, func, select, text
 from sqlalchemy.engine import URL, Dialect, ExceptionContext, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
@@ -222,6 +223,11 @@ async def brief_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
         yield conn
 
 
+class ConnectionLost(Exception):
+    """A held connection turned out to be gone (the server ended it between transactions); the
+    transaction was not run and may be run again on a fresh connection."""
+
+
 class HeldConnection:
     """One connection for brief transactions that follow each other closely (the delivery worker's
     turns under a backlog), kept checked out from one to the next until ``release``.
@@ -233,7 +239,9 @@ class HeldConnection:
     6-13 ms each of a 76 ms turn, ten partners at cap 8 (docs/architecture.md "Slots"). Held, the
     connection is pinged when checked out, carries the bound (``BRIEF_IDLE_IN_TRANSACTION_MS``) for
     its whole session, and goes back to the pool with the session's own bound when released. A
-    transaction that fails discards it: the next one checks out a fresh connection, pinged."""
+    transaction that fails discards it: the next one checks out a fresh connection, pinged. One that
+    fails because the server had ended the connection while it was held (what the ping would have
+    caught) raises ``ConnectionLost``, so the holder may run it again at once."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -246,13 +254,16 @@ class HeldConnection:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
         """A transaction on the held connection (checked out first if none is held)."""
+        held_before = self._conn is not None
         conn = self._conn or await self._check_out()
         try:
             async with conn.begin():
                 yield conn
-        except BaseException:
+        except BaseException as error:
             self._conn = None
             await _discard(conn)
+            if held_before and isinstance(error, DBAPIError) and error.connection_invalidated:
+                raise ConnectionLost("the server ended the held connection") from error
             raise
 
     async def release(self) -> None:

@@ -55,7 +55,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.clock import Clock
-from service.db.engine import HeldConnection
+from service.db.engine import ConnectionLost, HeldConnection
 from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
@@ -321,6 +321,11 @@ class Worker:
             self._turning = True
             try:
                 logged, jobs = await self._turn(turn.claim)
+            except ConnectionLost:
+                # Its connection, held since the last turn, was gone: the turn runs again at once
+                # on a fresh one (pinged at checkout), and fails as below if the database is down.
+                log.warning("the database ended the connection held between turns; turning again")
+                continue
             except Exception:
                 log.exception("the outbox is unreachable; trying again shortly")
                 self._drop_stale_records()
