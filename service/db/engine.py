@@ -224,8 +224,8 @@ async def brief_transaction(engine: AsyncEngine) -> AsyncIterator[AsyncConnectio
 
 
 class ConnectionLost(Exception):
-    """A held connection turned out to be gone (the server ended it between transactions); the
-    transaction was not run and may be run again on a fresh connection."""
+    """A held connection turned out to be gone (the server had ended it, or the link failed); the
+    transaction did not commit and may be run again on a fresh connection."""
 
 
 class HeldConnection:
