@@ -195,7 +195,7 @@ class Worker:
             batch=batch, capacity=concurrency + min(WAITING, 2 * batch), log_delay=LOG_DELAY
         )
         self._db_lock = asyncio.Lock()  # the worker's transactions never overlap (SQLite's lock)
-        # Its turns' connection, held while they follow each other, given back before a longer wait.
+        # Its turns' connection, held while they follow each other, given back when it falls idle.
         self.connection = HeldConnection(engine)
         # One run's parts (set up by `run`).
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
