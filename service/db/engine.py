@@ -236,12 +236,13 @@ class HeldConnection:
     costs two round trips before the first statement: the pool's ping and the idle bound. On a
     worker whose event loop is busy with hundreds of senders each round trip waits for the loop to
     come round, longest at the start of a turn, just after the senders were handed the last claim:
-    6-13 ms each of a 76 ms turn, ten partners at cap 8 (docs/architecture.md "Slots"). Held, the
-    connection is pinged when checked out, carries the bound (``BRIEF_IDLE_IN_TRANSACTION_MS``) for
-    its whole session, and goes back to the pool with the session's own bound when released. A
-    transaction that fails discards it: the next one checks out a fresh connection, pinged. One that
-    fails because the server had ended the connection while it was held (what the ping would have
-    caught) raises ``ConnectionLost``, so the holder may run it again at once."""
+    up to 13 and 12 ms of a 76 ms turn, ten partners at cap 8 (docs/architecture.md "Delivery
+    pipeline"). Held, the connection is pinged when checked out, carries the bound
+    (``BRIEF_IDLE_IN_TRANSACTION_MS``) for its whole session, and goes back to the pool with the
+    session's own bound when released. A transaction that fails discards it: the next one checks
+    out a fresh connection, pinged. One that fails because the server had ended the connection
+    while it was held (what the ping would have caught) raises ``ConnectionLost``, so the holder
+    may run it again at once."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
