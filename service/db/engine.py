@@ -264,7 +264,7 @@ class HeldConnection:
             self._conn = None
             await _discard(conn)
             if held_before and isinstance(error, DBAPIError) and error.connection_invalidated:
-                raise ConnectionLost("the server ended the held connection") from error
+                raise ConnectionLost("the held connection was gone") from error
             raise
 
     async def release(self) -> None:
