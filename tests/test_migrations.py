@@ -19,7 +19,7 @@ from webhook_helpers import TEST_SECRETS_KEY
 
 from service.cli import main
 from service.db.engine import alembic_config, create_engine, migrate
-from service.db.tables import metadata
+from service.db.tables import declared_on, metadata
 from service.keyring import SEALED, parse_keys
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.scratch import admin_execute
@@ -45,7 +45,13 @@ def _differences(url: str) -> list[Any]:
         try:
             async with engine.connect() as conn:
                 return await conn.run_sync(
-                    lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
+                    lambda sync: compare_metadata(
+                        MigrationContext.configure(
+                            sync,
+                            opts={"include_object": lambda item, *_: declared_on(sync.dialect.name, item)},
+                        ),
+                        metadata,
+                    )
                 )
         finally:
             await engine.dispose()
@@ -147,3 +153,78 @@ def test_0005_moves_plaintext_secrets_and_merges_registrations_of_one_address(
     keyring = parse_keys(TEST_SECRETS_KEY)
     assert all(value.startswith(SEALED) for (value,) in sealed)
     assert [keyring.open(value) for (value,) in sealed] == ["whsec_old", "whsec_current", "whsec_only"]
+
+
+A_PARTNER = (
+    "INSERT INTO partners (id, name, url, events, status, created_at, updated_at) "
+    "VALUES (:id, 'P', 'https://partner.example/', NULL, 'active', :at, :at)"
+)
+EVENT = (
+    "INSERT INTO events (id, kind, dedupe_key, payload, occurred_at, created_at) "
+    "VALUES (:id, 'room.trending', :id, '{}', :at, :at)"
+)
+DELIVERY = (
+    "INSERT INTO deliveries (id, event_id, partner_id, status, attempts, next_attempt_at, created_at, "
+    "updated_at) VALUES (:id, :event, :partner, 'delivered', 1, :at, :at, :at)"
+)
+ATTEMPT = (
+    "INSERT INTO delivery_attempts (delivery_id, event_id, event, partner_id, attempt, started_at, "
+    "duration_ms, outcome) VALUES (:id, :event, 'room.trending', :partner, 1, :at, 3, 'delivered')"
+)
+
+
+def _primary_key(url: str) -> list[str]:
+    async def read() -> list[str]:
+        engine = create_engine(url)
+        try:
+            async with engine.connect() as conn:
+                return list(
+                    await conn.run_sync(
+                        lambda sync: sync.dialect.get_pk_constraint(sync, "deliveries")["constrained_columns"]
+                    )
+                )
+        finally:
+            await engine.dispose()
+
+    return asyncio.run(read())
+
+
+def test_0013_keys_sqlite_deliveries_by_partner_and_keeps_every_row(empty_database: str) -> None:
+    """On SQLite the deliveries table loses its rowid and is keyed by (partner_id, id), its rows
+    and the attempts referring to them kept, and back again on downgrade; PostgreSQL keeps (id)."""
+    sqlite = empty_database.startswith("sqlite")
+    migrate(empty_database, "0012")
+    at = datetime(2026, 1, 1)
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for partner in ("ptn_a", "ptn_b"):
+        rows.append((A_PARTNER, {"id": partner, "at": at}))
+    for n in range(3):
+        rows.append((EVENT, {"id": f"evt_{n}", "at": at}))
+        for partner in ("ptn_a", "ptn_b"):
+            ids = {"id": f"dlv_{n}_{partner}", "event": f"evt_{n}", "partner": partner, "at": at}
+            rows += [(DELIVERY, ids), (ATTEMPT, ids)]
+    _execute(empty_database, *rows)
+    everything = "SELECT d.id, d.partner_id, a.attempt FROM deliveries d JOIN delivery_attempts a ON a.delivery_id = d.id ORDER BY d.id"
+    [before] = _execute(empty_database, (everything, {}))
+
+    migrate(empty_database)
+    assert _primary_key(empty_database) == (["partner_id", "id"] if sqlite else ["id"])
+    [after] = _execute(empty_database, (everything, {}))
+    assert after == before and len(after) == 6
+    if sqlite:
+        [[(ddl,)], problems] = _execute(
+            empty_database,
+            ("SELECT sql FROM sqlite_master WHERE name = 'deliveries'", {}),
+            ("PRAGMA foreign_key_check", {}),
+        )
+        assert ddl.rstrip().endswith("WITHOUT ROWID") and problems == []
+        with pytest.raises(Exception, match="UNIQUE"):  # an id stays unique across partners
+            _execute(
+                empty_database,
+                (DELIVERY, {"id": "dlv_0_ptn_a", "event": "evt_0", "partner": "ptn_b", "at": at}),
+            )
+
+    command.downgrade(alembic_config(empty_database), "0012")
+    assert _primary_key(empty_database) == ["id"]
+    [downgraded] = _execute(empty_database, (everything, {}))
+    assert downgraded == before

@@ -40,6 +40,17 @@ metadata = MetaData(
 )
 
 
+# Marks (in ``info``) an index that only SQLite has; ``declared_on`` leaves it out elsewhere.
+SQLITE_ONLY = {"dialect": "sqlite"}
+
+
+def declared_on(dialect: str, item: Any) -> bool:
+    """Whether the schema declares ``item`` (an index, a table...) on ``dialect``: Alembic's
+    ``include_object`` filter, as Alembic does not read ``ddl_if``."""
+    only = getattr(item, "info", {}).get("dialect")
+    return only is None or only == dialect
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware UTC in Python, naive UTC in the database; naive input is refused, never guessed."""
 
@@ -184,6 +195,13 @@ Index(
     sqlite_where=BATCHING,
     postgresql_where=BATCHING,
 )
+# On SQLite the table has no rowid: it is keyed by (partner_id, id), so a partner's rows are stored
+# together (migration 0013). A rowid table keeps rows in insertion order, one event's deliveries to
+# every partner side by side, and a claim or settle of 512 of one partner's rows beside ten other
+# partners' backlogs wrote eleven times the pages it did alone (benchmarks/delivery.py
+# --isolation). Lookups by id, and delivery_attempts' foreign key, go through this unique index.
+# PostgreSQL's heap keeps rows in no such order; there the primary key (id) is all it needs.
+Index("ux_deliveries_id", deliveries.c.id, unique=True, info=SQLITE_ONLY).ddl_if(dialect="sqlite")
 # A batch's members, found from their batch (only members have a batch_id; migration 0012).
 BATCHED = text("batch_id IS NOT NULL")
 Index("ix_deliveries_batch_id", deliveries.c.batch_id, sqlite_where=BATCHED, postgresql_where=BATCHED)

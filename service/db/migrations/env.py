@@ -8,7 +8,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 
 from service.db.engine import create_engine
-from service.db.tables import metadata
+from service.db.tables import declared_on, metadata
 
 config = context.config
 
@@ -18,6 +18,7 @@ def _run(connection: Connection) -> None:
         connection=connection,
         target_metadata=metadata,
         render_as_batch=connection.dialect.name == "sqlite",
+        include_object=lambda item, *_: declared_on(connection.dialect.name, item),
     )
     with context.begin_transaction():
         context.run_migrations()
