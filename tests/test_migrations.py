@@ -15,6 +15,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import IntegrityError
 from webhook_helpers import TEST_SECRETS_KEY
 
 from service.cli import main
@@ -218,7 +219,7 @@ def test_0013_keys_sqlite_deliveries_by_partner_and_keeps_every_row(empty_databa
             ("PRAGMA foreign_key_check", {}),
         )
         assert ddl.rstrip().endswith("WITHOUT ROWID") and problems == []
-        with pytest.raises(Exception, match="UNIQUE"):  # an id stays unique across partners
+        with pytest.raises(IntegrityError, match="UNIQUE"):  # an id stays unique across partners
             _execute(
                 empty_database,
                 (DELIVERY, {"id": "dlv_0_ptn_a", "event": "evt_0", "partner": "ptn_b", "at": at}),
