@@ -33,7 +33,9 @@ DELIVERIES deliveries for one partner at cap 16, one at cap 64, and ten partners
 the same requests to the same receiver at the partners' summed caps (16, 64, 80), alternating for
 ``--rounds`` in the same run. The aim: at least 0.9 of the plain client's rate; the floor 0.5. Each
 case also says how full the worker held the caps: its attempts in flight on average over the drain,
-as a share of the caps' sum (from the attempt log, by Little's law).
+as a share of the caps' sum (from the attempt log, by Little's law), this process's CPU time a
+delivery against the plain client's a request (on PostgreSQL, the worker's own; SQLite's work runs
+in this process too), and how many transactions (turns) the drain committed.
 
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
@@ -420,14 +422,16 @@ async def capped_rate(
     case: Case,
     events: int,
     depth: int | None = None,
-) -> tuple[float, float]:
+) -> Drain:
     """Deliveries per second for the worker (its own default concurrency) draining a backlog of
     ``events`` deliveries spread over ``case.partners`` partners held to their caps, and how full
     it held those caps over the drain: its attempts in flight on average, as a share of their sum.
+    Also this process's CPU time a delivery, and the transactions the drain committed (turns).
 
     That share is read off the attempt log, not sampled (a sampler on the busy event loop wakes
     less often the more is in flight): by Little's law the attempts in flight on average are the
     sum of the attempts' durations over the drain's length."""
+    from sqlalchemy import event as orm_event
     from sqlalchemy import func, select
 
     from service.db.tables import delivery_attempts
@@ -447,14 +451,31 @@ async def capped_rate(
                 await partners.create_partner(conn, new, now=_now(), keyring=parse_keys(BENCH_SECRETS_KEY))
         await backlog(engine, events // case.partners, prefix=f"cap{case.partners}x{case.cap}")
         await session.post(f"{base}/reset")
+        commits = [0]
+
+        def committed(conn: object) -> None:
+            commits[0] += 1
+
+        orm_event.listen(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
+        cpu = time.process_time()
         seconds = await drain_backlog(engine, settings, events, None, depth)
+        cpu = time.process_time() - cpu
+        orm_event.remove(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
         posted = await _aget(session, f"{base}/posts")
         async with engine.connect() as conn:  # type: ignore[attr-defined]
             busy_ms = (await conn.execute(select(func.sum(delivery_attempts.c.duration_ms)))).scalar_one()
     finally:
         await engine.dispose()  # type: ignore[attr-defined]
     assert posted == {"posts": events}, posted
-    return events / seconds, busy_ms / 1000 / seconds / case.concurrency
+    return Drain(events / seconds, busy_ms / 1000 / seconds / case.concurrency, cpu / events, commits[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    rate: float  # deliveries a second
+    full: float  # the caps' share held in flight, on average
+    cpu: float  # this process's CPU seconds a delivery (the worker's, on PostgreSQL)
+    turns: int  # transactions committed
 
 
 async def run_like_for_like(args: argparse.Namespace, base: str, database_url: str) -> int:
@@ -474,13 +495,16 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
     async with aiohttp.ClientSession() as session:
         for case in LIKE_FOR_LIKE:
             rounds: list[tuple[float, float]] = []
-            held: list[float] = []
+            drains: list[Drain] = []
+            plain_cpu: list[float] = []
             for _ in range(args.rounds):
                 await session.post(f"{base}/reset")
+                cpu = time.process_time()
                 plain_rate = events / await plain(base, requests, case.concurrency)
-                service_rate, full = await capped_rate(database_url, base, session, case, events, args.depth)
-                rounds.append((plain_rate, service_rate))
-                held.append(full)
+                plain_cpu.append((time.process_time() - cpu) / events)
+                drain = await capped_rate(database_url, base, session, case, events, args.depth)
+                rounds.append((plain_rate, drain.rate))
+                drains.append(drain)
             best_plain = max(plain for plain, _ in rounds)
             best_service = max(service for _, service in rounds)
             ratio = best_service / best_plain
@@ -491,7 +515,10 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
             print(f"  {str(case) + ':':28s} plain at {case.concurrency:3d} {best_plain:7.0f}/s, service "
                   f"{best_service:7.0f}/s: ratio {ratio:4.2f} (rounds {each}, median {paired:4.2f}; "
                   f"aim >= {LIKE_AIM}, floor {RATIO_TARGET}); "
-                  f"caps held {statistics.median(held):4.2f} full")  # fmt: skip
+                  f"caps held {statistics.median(drain.full for drain in drains):4.2f} full; CPU "
+                  f"{1e6 * statistics.median(drain.cpu for drain in drains):.0f} µs a delivery "
+                  f"(plain {1e6 * statistics.median(plain_cpu):.0f} µs a request), "
+                  f"{statistics.median(drain.turns for drain in drains):.0f} turns")  # fmt: skip
             ok = ok and ratio >= RATIO_TARGET
     print("PASS" if ok else "BELOW TARGET")
     return 0 if ok else 1

@@ -169,7 +169,9 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
 ) -> None:
     """`python -m benchmarks.delivery --like-for-like DELIVERIES` drains each case (every delivery
     posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
-    each round's ratio and their median, and how full the worker held the caps (on average, never past them)."""
+    each round's ratio and their median, how full the worker held the caps (on average, never past
+    them), both sides' CPU time a message, and the drain's turns (at least one; fewer than its
+    deliveries, which share commits)."""
     from benchmarks import delivery
 
     delivery.main(["--like-for-like", "160", "--rounds", "2"])
@@ -186,6 +188,10 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
         assert len(rounds) == 2 and "median" in line
         held = float(line.split("caps held ")[1].split(" ")[0])
         assert 0 < held <= 1
+        service_cpu = float(line.split("; CPU ")[1].split(" µs a delivery")[0])
+        plain_cpu = float(line.split("(plain ")[1].split(" µs a request")[0])
+        turns = int(line.split("), ")[-1].removesuffix(" turns"))
+        assert service_cpu > 0 and plain_cpu > 0 and 1 <= turns < 160
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
