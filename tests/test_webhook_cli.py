@@ -174,6 +174,7 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
             lines = _stop_worker(worker)
     [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]
     assert (ready["level"], ready["message"], ready["health"]) == ("info", "delivering webhooks", f"{base}/healthz")
+    assert ready["loop"] == "uvloop"  # the loop Sanic runs serve (and its worker) on
 
 
 def test_the_standalone_workers_healthz_follows_its_loop(env: dict[str, str]) -> None:

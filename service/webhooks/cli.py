@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service import commands
+from service import commands, eventloop
 from service.clock import utc_now
 from service.keyring import load_keyring
 from service.settings import Settings
@@ -200,7 +200,10 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
             await worker.start()
             collector.tune()
             host, port = runner.addresses[0][:2]
-            log.info("delivering webhooks", extra={"health": f"http://{host}:{port}/healthz"})
+            log.info(
+                "delivering webhooks",
+                extra={"health": f"http://{host}:{port}/healthz", "loop": eventloop.name(loop)},
+            )
             await stop.wait()
             shutdown.arm(shutdown.deadline_for(settings))  # ends the process even on a dead link
             await worker.stop()
@@ -219,7 +222,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # JSON lines on stderr, like serve
     migrate(settings.database_url)
-    return asyncio.run(_work(settings, args))
+    return eventloop.run(_work(settings, args))  # serve's loop: uvloop where installed
 
 
 DATABASE = commands.DATABASE
