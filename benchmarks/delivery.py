@@ -40,6 +40,10 @@ in this process too), and how many transactions (turns) the drain committed.
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
 the machine distorts much less.
+
+Both sides run on one event loop in this process: by default the one ``serve`` and ``python -m
+service worker`` run on (uvloop where installed, ``service.eventloop``); ``--loop asyncio`` runs
+both on asyncio's own instead. The receiver, standing for a partner's server, keeps asyncio's.
 """
 
 from __future__ import annotations
@@ -56,11 +60,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -750,6 +754,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--depth", type=int, default=None, help="the worker's claim depth (default: the worker's own)"
     )
+    parser.add_argument(
+        "--loop", choices=LOOPS, default=None,
+        help="the event loop both sides run on (default: the one serve and the worker command run on, "
+        "service.eventloop); the receiver keeps asyncio's own",
+    )  # fmt: skip
     parser.add_argument("--receive", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.receive:
@@ -760,10 +769,28 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
         database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
         if args.batch:
-            return asyncio.run(run_batch(args, base, database_url))
+            return on_loop(args.loop, run_batch(args, base, database_url))
         if args.like_for_like:
-            return asyncio.run(run_like_for_like(args, base, database_url))
-        return asyncio.run(run(args, base, database_url))
+            return on_loop(args.loop, run_like_for_like(args, base, database_url))
+        return on_loop(args.loop, run(args, base, database_url))
+
+
+LOOPS = ("uvloop", "asyncio")
+
+
+def on_loop(loop: str | None, main: Coroutine[Any, Any, int]) -> int:
+    """``main`` on ``loop`` (by default the service's own, ``service.eventloop``), both sides of
+    every comparison alike; the loop is named first."""
+    from service import eventloop
+
+    environ = None if loop is None else {"SANIC_USE_UVLOOP": str(loop == "uvloop").lower()}
+
+    async def named() -> int:
+        print(f"event loop: {eventloop.name(asyncio.get_running_loop())} (this process: the worker and "
+              "the plain client alike)")  # fmt: skip
+        return await main
+
+    return eventloop.run(named(), environ=environ)
 
 
 if __name__ == "__main__":

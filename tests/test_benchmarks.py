@@ -154,8 +154,9 @@ def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
     (every event received, one POST per batch: the scenario checks both itself)."""
     from benchmarks import delivery
 
-    delivery.main(["--batch", "300", "--batch-size", "50", "--rounds", "1"])
-    lines = capsys.readouterr().out.splitlines()
+    delivery.main(["--batch", "300", "--batch-size", "50", "--rounds", "1", "--loop", "asyncio"])
+    loop, *lines = capsys.readouterr().out.splitlines()
+    assert loop.startswith("event loop: asyncio ")
     assert lines[0].startswith("batched delivery: a burst of 300 room.trending events")
     round_line = lines[1].split()
     unbatched, batched = float(round_line[3]), float(round_line[9])
@@ -175,7 +176,8 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
     from benchmarks import delivery
 
     delivery.main(["--like-for-like", "160", "--rounds", "2"])
-    lines = capsys.readouterr().out.splitlines()
+    loop, *lines = capsys.readouterr().out.splitlines()
+    assert loop.startswith("event loop: uvloop ")  # by default the one serve and the worker run on
     assert lines[0].startswith("like for like: a backlog of 160 deliveries")
     cases = lines[1:-1]
     assert [line.split(":")[0].strip() for line in cases] == [str(case) for case in delivery.LIKE_FOR_LIKE]
