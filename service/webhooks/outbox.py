@@ -17,7 +17,6 @@ import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -53,9 +52,15 @@ class Published:
     duplicate: bool
 
 
-def _insert_ignoring_conflicts(conn: AsyncConnection) -> Any:
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(events).on_conflict_do_nothing()
+# Built once: a statement built per publish paid for its construction and its cache key each time.
+_STORE_EVENT = {
+    name: dialect.insert(events).on_conflict_do_nothing().returning(events.c.id)
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+_NEW_DELIVERIES = deliveries.insert()
+_DELIVERING_PARTNERS = select(partners.c.id, partners.c.events, partners.c.batch).where(
+    partners.c.status.in_((PartnerStatus.ACTIVE, PartnerStatus.PAUSED, PartnerStatus.DISABLED))
+)
 
 
 async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime) -> Published:
@@ -67,16 +72,15 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
     """
     key = dedupe_key(payload)
     inserted = await conn.execute(
-        _insert_ignoring_conflicts(conn)
-        .values(
-            id=payload.eventId,
-            kind=payload.KIND,
-            dedupe_key=key,
-            payload=encode_payload(payload),
-            occurred_at=datetime.fromisoformat(payload.occurredAt),
-            created_at=now,
-        )
-        .returning(events.c.id)
+        _STORE_EVENT[conn.dialect.name],
+        {
+            "id": payload.eventId,
+            "kind": payload.KIND,
+            "dedupe_key": key,
+            "payload": encode_payload(payload),
+            "occurred_at": datetime.fromisoformat(payload.occurredAt),
+            "created_at": now,
+        },
     )
     if inserted.first() is None:
         first = await conn.scalar(select(events.c.id).where(events.c.dedupe_key == key))
@@ -87,11 +91,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
             )
         return Published(event_id=first, deliveries=0, duplicate=True)
 
-    rows = await conn.execute(
-        select(partners.c.id, partners.c.events, partners.c.batch).where(
-            partners.c.status.in_((PartnerStatus.ACTIVE, PartnerStatus.PAUSED, PartnerStatus.DISABLED))
-        )
-    )
+    rows = await conn.execute(_DELIVERING_PARTNERS)
     targets: list[tuple[str, DeliveryStatus, datetime]] = []
     for partner_id, kinds, batch in rows:
         if kinds is not None and payload.KIND not in json.loads(kinds):
@@ -104,7 +104,7 @@ async def publish(conn: AsyncConnection, payload: EventPayload, *, now: datetime
             targets.append((partner_id, DeliveryStatus.PENDING, now))
     if targets:
         await conn.execute(
-            deliveries.insert(),
+            _NEW_DELIVERIES,
             [
                 {
                     "id": new_delivery_id(),
