@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, bindparam, func, literal_column, select, update
+from sqlalchemy import ARRAY, String, and_, any_, bindparam, func, literal_column, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db import locks
@@ -193,6 +193,24 @@ _JOIN = (
 )
 
 
+# PostgreSQL takes a call's members in one statement, a pair of arrays (member, batch), found by
+# primary key: the ids come once more as an array, so the plan reads the primary key whatever its
+# estimate of the unnested rows (as settle's outcome statement does). Member by member, the
+# executemany took 0.47 s of a 20,000-event burst's 0.87 s.
+def _join_all_statement() -> Any:
+    ids = bindparam("b_ids", type_=ARRAY(String()))
+    pairs = func.unnest(ids, bindparam("b_batches", type_=ARRAY(String()))).table_valued("id", "batch")
+    pairs = pairs.render_derived()
+    return (
+        update(deliveries)
+        .where(deliveries.c.id == any_(ids), deliveries.c.id == pairs.c.id, _WAITING)
+        .values(status=DeliveryStatus.BATCHED, batch_id=pairs.c.batch, updated_at=bindparam("b_now"))
+    )
+
+
+_JOIN_ALL = _join_all_statement()
+
+
 async def _form(
     conn: AsyncConnection, partner_id: str, kind: str, policy: BatchPolicy, *, now: datetime
 ) -> int:
@@ -228,16 +246,15 @@ async def _form(
         for chunk in chunks
     ]
     await conn.execute(deliveries.insert(), batches)
-    # One executemany, found by primary key (an array of ids per batch let PostgreSQL's generic
-    # plan scan the table: 0.9 s against 0.13 s for 10,000 members).
-    await conn.execute(
-        _JOIN,
-        [
-            {"b_id": row.id, "b_batch": batch["id"], "b_now": now}
-            for batch, chunk in zip(batches, chunks, strict=True)
-            for row in chunk
-        ],
-    )
+    members = [(row.id, batch["id"]) for batch, chunk in zip(batches, chunks, strict=True) for row in chunk]
+    if conn.dialect.name == "postgresql":
+        ids, batch_ids = zip(*members, strict=True)
+        await conn.execute(_JOIN_ALL, {"b_ids": list(ids), "b_batches": list(batch_ids), "b_now": now})
+    else:
+        # One executemany, found by primary key (an array of ids per batch let PostgreSQL's
+        # generic plan scan the table: 0.9 s against 0.13 s for 10,000 members).
+        joined = [{"b_id": member, "b_batch": batch, "b_now": now} for member, batch in members]
+        await conn.execute(_JOIN, joined)
     return len(batches)
 
 
