@@ -2,9 +2,9 @@
 
 Sanic runs ``serve`` (and the delivery worker inside it) on uvloop where uvloop is installed, which
 it is with Sanic, unless ``SANIC_USE_UVLOOP`` is false. ``python -m service worker`` follows the
-same rule through ``run``, so a worker delivers on the same loop in either place: on uvloop the
-worker drained a backlog about 10 % faster, at 5 % less CPU a delivery, than on asyncio's own loop
-(``benchmarks/delivery.py --like-for-like``, which runs both sides on the loop named here).
+same rule through ``run``, so a worker delivers on the same loop in either place. On uvloop the
+worker drained a backlog 4-10 % faster, at 5-9 % less CPU a delivery, than on asyncio's own loop
+(``benchmarks/delivery.py --like-for-like`` on PostgreSQL; it runs both sides on the loop named here).
 """
 
 from __future__ import annotations
