@@ -263,12 +263,21 @@ def _claim_statement(postgres: bool) -> Any:
         )
         chosen_rows = select(ranked.c.id).where(ranked.c.turn <= ranked.c.headroom)
     chosen = chosen_rows.order_by(ranked.c.turn, ranked.c.next_attempt_at, ranked.c.partner_id).limit(limit)
+    if postgres:
+        # The chosen ids as one array, computed first, so each row is found by its primary key.
+        # Under `id IN (subquery)`, once ANALYZE had seen a backlog, PostgreSQL 15 hash-joined the
+        # chosen ids against a scan of the whole table: 10,000 rows read to claim 64, 5.9 ms; by
+        # key, 1.7 ms (EXPLAIN ANALYZE). Draining 10,000 at cap 16 after an ANALYZE, the claim
+        # took 44 µs a delivery against 49 (medians of seven drains).
+        picked = deliveries.c.id == any_(func.array(chosen.scalar_subquery(), type_=ARRAY(String())))
+    else:
+        picked = deliveries.c.id.in_(chosen.scalar_subquery())
     return (
         update(deliveries)
         # Re-checked on the row itself: on PostgreSQL a row changed since the ranking was read
         # (settled by its worker, say) is tested again and dropped.
         .where(
-            deliveries.c.id.in_(chosen.scalar_subquery()),
+            picked,
             _claimable(deliveries),
             deliveries.c.next_attempt_at <= _NOW,
         )
