@@ -11,6 +11,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from service.console import charts
 from service.console.pages import Console
 from service.summaries_ops import INTENTS
+from service.webhooks import roster
 
 
 def _worker_turn(request: Request) -> float | None:
@@ -26,6 +27,8 @@ def register(bp: Blueprint, console: Console) -> None:
         operations = console.operations(request)
         partners: list[dict[str, Any]] = (await operations.list_partners())["partners"]
         stats = await operations.outbox_stats()
+        workers = await operations.workers()
+        now = console.clock()
         summary = await console.summaries(request).overview()
         names = {partner["id"]: partner["name"] for partner in partners}
         oldest: tuple[datetime, str] | None = None
@@ -42,9 +45,12 @@ def register(bp: Blueprint, console: Console) -> None:
             failed=sorted(summary["failed"].items()),
             names=names,
             oldest=oldest,
-            now=console.clock(),
+            now=now,
             waiting=sum(stats.by_status.values()),
             worker_turn=_worker_turn(request),
+            workers=workers,
+            silent=[worker for worker in workers if worker.silent(now)],
+            heartbeat=int(roster.HEARTBEAT.total_seconds()),
             intents=INTENTS,
             registrations=summary["registrations"],
             daily=summary["daily"],

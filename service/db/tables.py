@@ -240,3 +240,20 @@ Index(
 Index("ix_deliveries_created", deliveries.c.created_at, deliveries.c.id)
 Index("ix_deliveries_partner_created", deliveries.c.partner_id, deliveries.c.created_at, deliveries.c.id)
 Index("ix_delivery_attempts_partner_started", delivery_attempts.c.partner_id, delivery_attempts.c.started_at)
+
+# The delivery workers running now, one row per worker run (service.webhooks.roster): each writes
+# its row when it starts and every HEARTBEAT while it runs, and deletes it when it stops; a row
+# left by a worker that died is listed as silent, then forgotten a day later.
+workers = Table(
+    "workers",
+    metadata,
+    Column("id", String(40), primary_key=True),  # the run's holder name (deliveries.claimed_by)
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("role", String(16), nullable=False),  # serve (inside the server) | worker (standalone)
+    Column("loop", String(16), nullable=False),  # uvloop | asyncio
+    Column("concurrency", Integer, nullable=False),
+    Column("attempts", Integer().with_variant(BigInteger(), "postgresql"), nullable=False),
+    Column("started_at", UTCDateTime(), nullable=False),
+    Column("seen_at", UTCDateTime(), nullable=False),
+)

@@ -85,4 +85,8 @@ def create_blueprint() -> Blueprint:
     async def resend(request: Request, delivery_id: str) -> HTTPResponse:
         return json_response(await _ops(request).resend(delivery_id), status=202)
 
+    @bp.get("/workers")
+    async def list_workers(request: Request) -> HTTPResponse:
+        return json_response(await _ops(request).list_workers())
+
     return bp

@@ -1,4 +1,5 @@
-"""``python -m service partners|deliveries|events|secrets|prune|worker``: the operator's webhook commands.
+"""``python -m service partners|deliveries|events|secrets|prune|worker|workers``: the operator's
+webhook commands.
 
 They call the same functions as the admin routes. Answers are JSON on stdout; errors are the
 service's JSON error shape on stderr with exit status 1. A new or rotated secret is printed once,
@@ -22,7 +23,7 @@ from service import commands, eventloop
 from service.clock import utc_now
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import wiring
+from service.webhooks import roster, wiring
 from service.webhooks.batching import BATCHABLE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_WAIT
 from service.webhooks.operations import DeliveryFilter, Operations
 from service.webhooks.worker import CONCURRENCY
@@ -154,6 +155,10 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
 # --- retention ------------------------------------------------------------------------------
 
 
+def cmd_workers(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(settings, lambda operations: operations.list_workers())
+
+
 def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
     return _run(settings, lambda operations: operations.prune(args.older_than))
 
@@ -244,7 +249,8 @@ PRUNING = ("database_url", "retention_days")
 
 
 def register(group: Any) -> None:
-    """Add ``partners``, ``events``, ``prune`` and ``worker`` to the ``python -m service`` parser."""
+    """Add ``partners``, ``events``, ``prune``, ``worker`` and ``workers`` to the ``python -m
+    service`` parser."""
     partners = commands.add_command(
         group, "partners", "onboarded webhook partners", settings=(*TESTING, "secret_rotation_overlap")
     )
@@ -410,6 +416,17 @@ def register(group: Any) -> None:
         help="prune what is older than this many days (default: SERVICE_RETENTION_DAYS)",
     )
     prune.set_defaults(run=cmd_prune)
+
+    commands.add_command(
+        group,
+        "workers",
+        "the delivery workers running now, live or silent",
+        details="Every worker (inside serve or alone) writes its row when it starts and every "
+        f"{roster.HEARTBEAT.seconds} s, and deletes it when it stops. A row unseen for "
+        f"{roster.SILENT_AFTER.seconds} s is listed as silent (stopped, stuck, or cut off from the "
+        "database); a day later it is forgotten.",
+        settings=DATABASE,
+    ).set_defaults(run=cmd_workers)
 
     worker = commands.add_command(
         group,

@@ -14,7 +14,7 @@ Every operation is one line of the audit trail (``service.audit``): the class is
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -31,7 +31,7 @@ from service.params import refuse_unknown, text, whole_number
 from service.settings import Settings
 from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
-from service.webhooks import listing, outbox, partners, presenter, requeue, retention, standing, stats
+from service.webhooks import listing, outbox, partners, presenter, requeue, retention, roster, standing, stats
 from service.webhooks.batching import BatchPolicy, parse_batch
 from service.webhooks.partners import Partner
 from service.webhooks.requeue import Resent
@@ -408,6 +408,18 @@ class Operations:
             raise invalid("olderThan", "too_small", "Must be at least 1 day.")
         pruned = await retention.prune(self.engine, now=self.clock(), older_than=timedelta(days=days))
         return pruned.document()
+
+    # --- workers ------------------------------------------------------------------------------
+
+    async def workers(self) -> Sequence[roster.Presence]:
+        """The delivery workers in the roster (``service.webhooks.roster``), live or silent."""
+        async with self.engine.connect() as conn:
+            return await roster.roster(conn)
+
+    async def list_workers(self) -> Document:
+        found = await self.workers()
+        now = self.clock()
+        return {"workers": [presence.public(now) for presence in found]}
 
     @unaudited  # the metrics scrape, every few seconds
     async def outbox_stats(self) -> OutboxStats:

@@ -95,7 +95,7 @@ def install(app: App) -> None:
     async def start_worker(app: App) -> None:
         if app.ctx.run_worker:
             webhooks = app.ctx.webhooks
-            webhooks.worker = worker_for(app)
+            webhooks.worker = worker_for(app, role="serve")
             await webhooks.worker.start()
 
     @app.before_server_stop

@@ -75,9 +75,11 @@ def worker(
     depth: int = DEPTH,
     poll_interval: float = POLL_INTERVAL,
     timer: Timer = time.perf_counter,
+    role: str = "worker",
 ) -> Worker:
     """A delivery worker with a sender of ``concurrency`` connections; ``keyring`` by default the
-    settings' (``load_keyring``)."""
+    settings' (``load_keyring``); ``role``: where it runs, as the roster lists it (``serve`` or
+    ``worker``)."""
     return Worker(
         engine,
         settings=settings,
@@ -90,4 +92,5 @@ def worker(
         concurrency=concurrency,
         depth=depth,
         poll_interval=poll_interval,
+        role=role,
     )

@@ -31,10 +31,13 @@ when another process does (PostgreSQL's NOTIFY, ``service.webhooks.notify``), wh
 attempts or free room add up to a batch (or the worker falls idle), and every ``poll_interval``
 seconds for due retries. An attempt counts (``logged``, metrics, logs) once its row is committed.
 
-Beside the loop, ``run()`` prunes what is past the retention (``service.webhooks.retention``): a
-minute after it starts, then hourly by the injected clock, in batches under the bookkeeper's own
-transaction lock, so delivery waits for one short batch at most. A failed pruning is logged and
-tried again an hour later; it never stops delivery. ``drain()`` does not prune.
+Beside the loop, ``run()`` keeps the worker's row in the roster (``service.webhooks.roster``):
+written when it starts and every ``roster.HEARTBEAT`` by the injected clock, deleted when it stops;
+a failed write is logged and tried at the next beat. It also prunes what is past the retention
+(``service.webhooks.retention``): a minute after it starts, then hourly by the injected clock, in
+batches under the bookkeeper's own transaction lock, so delivery waits for one short batch at most.
+A failed pruning is logged and tried again an hour later; it never stops delivery. ``drain()``
+does neither.
 
 Bookkeeping survives what partners send back: a batch the database refuses is logged attempt by
 attempt, an attempt refused alone is logged once more without its response excerpt, and one
@@ -46,14 +49,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import os
 import random
+import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from service import eventloop
 from service.clock import Clock
 from service.db.engine import ConnectionLost, HeldConnection
 from service.db.writer import refused_rows
@@ -61,7 +69,7 @@ from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
 from service.states import AttemptOutcome
-from service.webhooks import pacing, partners, retention, settle
+from service.webhooks import pacing, partners, retention, roster, settle
 from service.webhooks.breaker import STOPPING, BreakerPolicy, Change
 from service.webhooks.claim import Job, claim_due, new_claim_token, release
 from service.webhooks.lanes import Lanes
@@ -158,9 +166,12 @@ class Worker:
         concurrency: int = CONCURRENCY,
         depth: int = DEPTH,
         poll_interval: float = POLL_INTERVAL,
+        role: str = "worker",
     ) -> None:
         """``sender`` makes the attempts (``concurrency`` connections); ``keyring`` opens the
-        partners' secrets. ``service.webhooks.wiring.worker`` builds both from the settings."""
+        partners' secrets. ``service.webhooks.wiring.worker`` builds both from the settings.
+        ``role`` names where it runs in the roster: ``serve`` inside the server, ``worker``
+        alone."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.engine = engine
@@ -178,10 +189,12 @@ class Worker:
         self.concurrency = concurrency
         self.depth = depth
         self.poll_interval = poll_interval
+        self.role = role
         self.wake = wake or asyncio.Event()
         self.sender = sender
         self.listener = Listener(engine, self.wake)
         self.logged = 0  # attempts logged by this worker, for benchmarks and drills
+        self._run_logged_from = 0  # self.logged when this run started (the roster's count)
         self.retention = timedelta(days=settings.retention_days)
         self.next_prune: datetime | None = None  # by the clock; set when run() starts
         self.pruned = asyncio.Event()  # set after each pruning, done or failed (for tests)
@@ -264,7 +277,7 @@ class Worker:
 
     async def run(self, *, until_idle: bool = False) -> int:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
-        logged_before = self.logged
+        logged_before = self._run_logged_from = self.logged
         self.holder = new_claim_token()
         self._jobs = asyncio.Queue()
         self.lanes = Lanes(self._jobs.put_nowait)
@@ -279,6 +292,7 @@ class Worker:
                 helpers = [group.create_task(self._forward_wakes(), name="webhook-wakes")]
                 if not until_idle:
                     helpers.append(group.create_task(self._prune_hourly(), name="webhook-retention"))
+                    helpers.append(group.create_task(self._beat_regularly(), name="webhook-roster"))
                 try:
                     await self._bookkeep(until_idle)
                 finally:
@@ -286,6 +300,8 @@ class Worker:
                     for task in (*senders, *helpers):
                         task.cancel()
             await self._final_turn()
+            if not until_idle:
+                await self._on_roster(lambda conn: roster.leave(conn, self.holder))
         finally:
             await self._give_back_connection()
         return self.logged - logged_before
@@ -377,6 +393,39 @@ class Worker:
                 await self.prune()
                 self.next_prune = self.clock() + PRUNE_EVERY
             await asyncio.sleep(self.poll_interval)
+
+    async def _beat_regularly(self) -> None:
+        """Write this run's row in the roster now, then every ``roster.HEARTBEAT`` by the clock
+        (looked at every ``poll_interval`` seconds)."""
+        started = self.clock()
+        presence = roster.Presence(
+            id=self.holder,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            role=self.role,
+            loop=eventloop.name(asyncio.get_running_loop()),
+            concurrency=self.concurrency,
+            attempts=0,
+            started_at=started,
+            seen_at=started,
+        )
+        next_beat = started
+        while True:
+            now = self.clock()
+            if now >= next_beat:
+                presence = replace(presence, attempts=self.logged - self._run_logged_from, seen_at=now)
+                await self._on_roster(functools.partial(roster.beat, presence=presence))
+                next_beat = now + roster.HEARTBEAT
+            await asyncio.sleep(self.poll_interval)
+
+    async def _on_roster(self, write: Callable[[AsyncConnection], Awaitable[None]]) -> None:
+        """One short transaction on the roster, between the bookkeeper's; a failure is logged, and
+        delivery goes on."""
+        try:
+            async with self._db_lock, self.engine.begin() as conn:
+                await write(conn)
+        except Exception as error:
+            log.warning("the worker roster could not be written: %s", type(error).__name__)
 
     async def prune(self, duty: float = retention.DUTY) -> retention.Pruned | None:
         """One pruning, under the bookkeeper's lock batch by batch; None (and an error line) if it
