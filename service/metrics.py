@@ -173,6 +173,12 @@ class Metrics:
             ["partner"],
             registry=self.registry,
         )
+        self.workers = Gauge(
+            "service_webhook_workers",
+            "Delivery workers in the roster, live (a beat within 45 s) or silent, read at scrape time.",
+            ["state"],
+            registry=self.registry,
+        )
         self.ready = Gauge(
             "service_ready",
             "1 while this process's /readyz answers 200 (what it needs is reachable), read when scraped.",
@@ -224,6 +230,11 @@ class Metrics:
             # Each partner's counter shows from 0, so a rate over it sees the first 410 too.
             self.partner_paused.labels(partner)
 
+    def set_workers(self, live: int, silent: int) -> None:
+        """The roster gauges, from what ``service.webhooks.roster`` read at scrape time."""
+        self.workers.labels("live").set(live)
+        self.workers.labels("silent").set(silent)
+
     def clear_database_gauges(self) -> None:
         """Drop every gauge read from the database (it could not be read: none is better than stale)."""
         for gauge in (
@@ -234,6 +245,7 @@ class Metrics:
             self.partner_state,
             self.failed_deliveries,
             self.partner_info,
+            self.workers,
         ):
             gauge.clear()
 

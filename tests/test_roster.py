@@ -283,3 +283,17 @@ def test_the_console_warns_when_work_waits_and_no_worker_is_live(
         publish(client, room_claimed("moonfrog"))
         page = overview(client)
     assert "No live worker: 1 deliveries wait and none is delivering" in page
+
+
+def test_the_metrics_count_live_and_silent_workers(
+    make_client: Any, sqlite_url: str, clock: ManualClock
+) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    _seed(sqlite_url, clock)
+    with make_client(**settings()) as client:
+        scraped = client.get("/admin/metrics", headers=ADMIN).text
+    (family,) = [
+        found for found in text_string_to_metric_families(scraped) if found.name == "service_webhook_workers"
+    ]
+    assert {sample.labels["state"]: sample.value for sample in family.samples} == {"live": 1.0, "silent": 1.0}
