@@ -170,8 +170,16 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
             assert f'service_webhook_deliveries_waiting{{partner="{partner["id"]}"}}'.encode() in text
             # The attempt is counted once its row is committed, a moment after the receiver has it.
             assert _scraped(f"{base}/metrics", b"service_webhook_attempts_total{", timeout=10)
+            # It wrote its row in the roster as it started: the workers command lists it, live.
+            code, listed, _ = run(capsys, "workers")
+            assert code == 0
+            [row] = listed["workers"]
+            assert (row["pid"], row["role"], row["loop"], row["concurrency"], row["state"]) == (
+                worker.pid, "worker", "uvloop", 4, "live"
+            )
         finally:
             lines = _stop_worker(worker)
+        assert run(capsys, "workers")[1] == {"workers": []}  # and deleted it as it stopped
     [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]
     assert (ready["level"], ready["message"], ready["health"]) == ("info", "delivering webhooks", f"{base}/healthz")
     assert ready["loop"] == "uvloop"  # the loop Sanic runs serve (and its worker) on
