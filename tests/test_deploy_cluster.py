@@ -96,6 +96,10 @@ def test_the_procfile_topology_limits_delivers_and_survives_a_killed_server(tmp_
             assert (status, published["deliveries"]) == (202, 1)
             assert receiver.wait_for(lambda seen: len(seen) == 1, timeout=30), log.read_text()[-3000:]
             assert receiver.requests[0].headers["webhook-id"]
+            # The roster, read through either server, lists the one worker: the servers deliver nothing.
+            status, listed = call(ports.server_2, "GET", "/admin/workers", None, AUTH)
+            assert status == 200, listed
+            assert [(row["role"], row["state"]) for row in listed["workers"]] == [("worker", "live")]
 
             # Server 1 killed: every request through nginx is still answered, by server 2.
             pid = service_pid("serve", ports.server_1)
