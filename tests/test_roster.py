@@ -17,7 +17,7 @@ from conftest import Client
 from webhook_helpers import ADMIN_TOKEN, Receiver, onboard, publish, room_claimed, settings
 
 from service.app import create_app
-from service.clock import ManualClock
+from service.clock import ManualClock, format_timestamp
 from service.db.engine import create_engine
 from service.settings import Settings
 from service.webhooks import roster, runtime
@@ -110,8 +110,8 @@ def test_a_worker_is_silent_once_three_beats_are_missed(
         "loop": "uvloop",
         "concurrency": 512,
         "attemptsLogged": 7,
-        "startedAt": seen.started_at.isoformat(),
-        "seenAt": seen.seen_at.isoformat(),
+        "startedAt": format_timestamp(seen.started_at),
+        "seenAt": format_timestamp(seen.seen_at),
         "state": state,
     }
 
@@ -151,14 +151,14 @@ def test_a_running_worker_is_listed_beats_by_the_clock_and_leaves_on_stop(
                     "loop": "asyncio",  # the test's own loop
                     "concurrency": worker.concurrency,
                     "attemptsLogged": 0,
-                    "startedAt": clock().isoformat(),
-                    "seenAt": clock().isoformat(),
+                    "startedAt": format_timestamp(clock()),
+                    "seenAt": format_timestamp(clock()),
                     "state": "live",
                 }
                 await operations.publish(room_claimed("moonfrog"))  # wakes the app's worker
                 await until(lambda: _true(worker.logged == 1))
                 clock.advance(HEARTBEAT.total_seconds())  # the next beat is due, by the clock alone
-                await until(lambda: _has(listed, lambda rows: rows[0]["seenAt"] == clock().isoformat()))
+                await until(lambda: _has(listed, lambda rows: rows[0]["seenAt"] == format_timestamp(clock())))
                 assert (await listed())[0]["attemptsLogged"] == 1
             finally:
                 await worker.stop()

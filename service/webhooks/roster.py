@@ -19,6 +19,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from service.clock import format_timestamp
 from service.db.tables import workers
 
 HEARTBEAT = timedelta(seconds=15)
@@ -53,8 +54,8 @@ class Presence:
             "loop": self.loop,
             "concurrency": self.concurrency,
             "attemptsLogged": self.attempts,
-            "startedAt": self.started_at.isoformat(),
-            "seenAt": self.seen_at.isoformat(),
+            "startedAt": format_timestamp(self.started_at),
+            "seenAt": format_timestamp(self.seen_at),
             "state": "silent" if self.silent(now) else "live",
         }
 
