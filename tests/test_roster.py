@@ -218,14 +218,14 @@ async def _true(value: bool) -> bool:
 # --- where operators read it ------------------------------------------------------------------
 
 
-def overview(client: Client) -> str:
-    """The console's overview page, signed in with the admin token."""
+def console_page(client: Client, path: str = "/console") -> str:
+    """A console page, signed in with the admin token."""
     signed = client.post(
         "/console/login",
         data={"token": ADMIN_TOKEN, "next": "/console"},
         headers={"origin": "http://127.0.0.1:8000"},
     )
-    page: str = client.get("/console", cookies={"console_session": signed.cookies["console_session"]}).text
+    page: str = client.get(path, cookies={"console_session": signed.cookies["console_session"]}).text
     return page
 
 
@@ -266,7 +266,7 @@ def test_the_console_overview_shows_the_roster_and_warns_of_silence(
 ) -> None:
     _seed(sqlite_url, clock)
     with make_client(**settings()) as client:
-        page = overview(client)
+        page = console_page(client)
     assert "Worker silent: edge-dead, process 77" in page
     assert '<th scope="row">edge-live</th><td>4242</td>' in page
     assert "alone, uvloop, 512 at once" in page
@@ -281,7 +281,7 @@ def test_the_console_warns_when_work_waits_and_no_worker_is_live(
     with Receiver() as receiver, make_client(**settings()) as client:
         onboard(client, receiver.url())
         publish(client, room_claimed("moonfrog"))
-        page = overview(client)
+        page = console_page(client)
     assert "No live worker: 1 deliveries wait and none is delivering" in page
 
 
@@ -297,3 +297,40 @@ def test_the_metrics_count_live_and_silent_workers(
         found for found in text_string_to_metric_families(scraped) if found.name == "service_webhook_workers"
     ]
     assert {sample.labels["state"]: sample.value for sample in family.samples} == {"live": 1.0, "silent": 1.0}
+
+
+@pytest.mark.parametrize(
+    ("in_roster", "shown"),
+    [
+        (True, "Claimed by</dt><dd>edge-claim, process 4242, last seen 2026-06-29T12:00:00.000000Z"),
+        (False, "Claimed by</dt><dd>a worker no longer in the roster"),
+    ],
+)
+def test_a_delivery_being_attempted_names_the_worker_holding_it(
+    make_client: Any, clock: ManualClock, in_roster: bool, shown: str
+) -> None:
+    from service.webhooks.claim import claim_due
+
+    with Receiver() as receiver, make_client(**settings()) as client:
+        onboard(client, receiver.url())
+        publish(client, room_claimed("moonfrog"))
+        app = client.app
+
+        async def claim() -> str:
+            async with app.ctx.engine.begin() as conn:
+                (job,) = await claim_due(
+                    conn,
+                    now=clock(),
+                    limit=10,
+                    lease=timedelta(seconds=60),
+                    default_cap=8,
+                    keyring=app.ctx.keyring,
+                    holder="w-claim",
+                )
+                if in_roster:
+                    await roster.beat(conn, presence(clock, "w-claim", host="edge-claim"))
+            return job.delivery_id
+
+        page = console_page(client, f"/console/deliveries/{client.run(claim())}")
+    assert "<dd>delivering</dd>" in page
+    assert shown in page

@@ -22,7 +22,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from service.db.tables import deliveries, delivery_attempts, events, partners, registrations
+from service.db.tables import deliveries, delivery_attempts, events, partners, registrations, workers
 
 LAST_CHARACTER = "\U0010ffff"  # sorts after every character: text starting with P is below P + this
 
@@ -262,8 +262,13 @@ async def delivery(conn: AsyncConnection, delivery_id: str) -> dict[str, Any] | 
                 d.batch_id,
                 d.body,
                 events.c.payload,
+                # The worker holding its claim, as the roster last saw it (none once it left).
+                workers.c.host.label("claimed_by_host"),
+                workers.c.pid.label("claimed_by_pid"),
+                workers.c.seen_at.label("claimed_by_seen_at"),
             )
             .join(events, events.c.id == d.event_id)
+            .outerjoin(workers, workers.c.id == d.claimed_by)
             .where(d.id == delivery_id)
         )
     ).first()
