@@ -282,7 +282,7 @@ def test_the_console_warns_when_work_waits_and_no_worker_is_live(
         onboard(client, receiver.url())
         publish(client, room_claimed("moonfrog"))
         page = console_page(client)
-    assert "No live worker: 1 deliveries wait and none is delivering" in page
+    assert "No live worker: nothing delivers the 1 waiting" in page
 
 
 def test_the_metrics_count_live_and_silent_workers(
