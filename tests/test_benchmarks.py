@@ -14,6 +14,7 @@ from service.clock import ManualClock as Clock
 from service.errors import BadRequest
 from service.waitlist import parse_registration
 from tests.conftest import REDIS_URL
+from tests.tools import require_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,3 +212,33 @@ def test_prune_benchmark_prints_a_row_per_round(capsys: pytest.CaptureFixture[st
     # Tiny runs may drain their backlog at once: windows and rates are shown, whatever they are.
     assert all(float(row[2]) >= 0 and float(row[3]) >= 0 for row in rows)
     assert any(line.startswith("median drain rate with pruning") for line in lines)
+
+
+@pytest.mark.slow
+def test_instruction_benchmark_counts_each_part_under_callgrind() -> None:
+    """`python -m benchmarks.instructions` runs each part under callgrind and prints its instructions
+    a message (counted over the measured phase only) and its ratio to the plain client's; the drain
+    says how many turns it committed, and --objects breaks each part down by shared object."""
+    require_tool("valgrind", "the instruction counts are callgrind's")
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--count", "50", "--concurrency", "4",
+         "--parts", "plain", "drain", "--objects"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0].startswith("instructions a message, counted by callgrind: 50 messages at 4 connections")
+    parts = [line.split()[0] for line in lines[1:] if not line.startswith(" " * 6)]
+    assert parts == ["plain", "drain"]
+    plain = next(line for line in lines if line.lstrip().startswith("plain "))
+    drain = next(line for line in lines if line.lstrip().startswith("drain "))
+    plain_k = float(plain.split()[1])
+    drain_k = float(drain.split()[1])
+    # The drain does all the plain client does and more: it signs, claims and logs every delivery.
+    assert 0 < plain_k < drain_k
+    ratio = float(drain.split("plain ÷ drain ")[1].split(" ")[0])
+    assert ratio == pytest.approx(plain_k / drain_k, abs=0.006)
+    turns = int(drain.split("50 deliveries in ")[1].split(" turns")[0])
+    assert 1 <= turns < 50
+    objects = [line.split()[-1] for line in lines if line.startswith(" " * 6)]
+    assert any(name.startswith("libpython") for name in objects)

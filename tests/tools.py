@@ -1,4 +1,4 @@
-"""The real tools some tests drive (chromium, promtool, nginx, systemd-analyze, node, honcho).
+"""The real tools some tests drive (chromium, promtool, nginx, systemd-analyze, node, honcho, valgrind).
 
 Where a tool is missing the test skips with the reason; under CI (``SERVICE_TEST_REQUIRE_TOOLS=1``, set by
 ``.ci/run`` after it installs them) a missing tool fails the test instead, so nothing is skipped silently.

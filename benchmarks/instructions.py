@@ -1,0 +1,260 @@
+"""Instructions a delivery, counted by callgrind: the worker against a plain aiohttp client.
+
+Throughput on a shared machine moves from run to run by more than most single changes to the
+worker are worth. Instructions do not: valgrind's callgrind counts what the process executes,
+whatever else the machine is doing. This runs each part in a process of its own under callgrind,
+counting only its measured phase (setup and imports are not counted), beside a receiver and a
+database that run at full speed outside it:
+
+- **plain**: a bare aiohttp client posts N prepared requests (the bodies and headers the service
+  would send) at C connections, as ``benchmarks.delivery``'s plain client does;
+- **send**: the service's ``Sender`` posts N bodies at C at once, signing each (no database);
+- **drain**: the worker drains a backlog of N deliveries for one partner at cap C, as ``serve``
+  runs it (its default concurrency): claim, sign, POST, log every attempt durably.
+
+    python -m benchmarks.instructions [--count 2000] [--concurrency 16] [--parts plain send drain]
+                                      [--database-url postgresql://user@host/db] [--objects]
+
+It prints each part's instructions a message and their ratio to the plain client's. On PostgreSQL
+the drain counts the worker's process only (the database's work is another process's, on another
+core); on SQLite it counts SQLite too. ``--objects`` breaks each part down by the shared object the
+instructions ran in (the interpreter, uvloop, aiohttp's parser, asyncpg, libc...).
+
+Under callgrind the measured process runs some fifty times slower while the receiver and the
+database do not, so the worker's turns are shorter and more numerous than at full speed; the drain
+says how many it committed. Compare drains with similar turns a delivery.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from benchmarks.delivery import (
+    PLAIN_SECRET,
+    ROOT,
+    _now,
+    backlog,
+    bench_settings,
+    drain_backlog,
+    event,
+    plain,
+    plain_requests,
+    receiver,
+    setup,
+)
+
+PARTS = ("plain", "send", "drain")
+WARM = 200  # messages each part sends before counting starts: connections open, caches warm
+
+
+def _callgrind(command: str) -> None:
+    """Ask the callgrind running this process to do ``command`` (``-i on``, ``-d``...)."""
+    subprocess.run(["callgrind_control", *command.split(), str(os.getpid())], check=True, capture_output=True)
+
+
+class Counting:
+    """Callgrind's counting, on for the measured phase only (the process starts with it off)."""
+
+    def __enter__(self) -> Counting:
+        _callgrind("-i on")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _callgrind("-d")
+        _callgrind("-i off")
+
+
+# --- the parts, each run in the process callgrind counts ----------------------------------------
+
+
+async def measure_plain(base: str, count: int, concurrency: int) -> str:
+    requests = plain_requests(count + WARM)
+    await plain(base, requests[:WARM], concurrency)
+    with Counting():
+        await plain(base, requests[WARM:], concurrency)
+    return f"{count} posts"
+
+
+async def measure_send(base: str, count: int, concurrency: int, database_url: str) -> str:
+    from service.events import parse_event
+    from service.webhooks import wiring
+    from service.webhooks.outbox import encode_payload, new_delivery_id
+
+    settings = bench_settings(database_url)
+    bodies = [encode_payload(parse_event(event(i, "send"), now=_now())).encode() for i in range(count + WARM)]
+    sender = wiring.sender(settings, clock=_now, limit=concurrency)  # type: ignore[arg-type]
+
+    async def post(chunk: list[bytes]) -> None:
+        items = iter(chunk)
+
+        async def one_connection() -> None:
+            for body in items:
+                attempt = await sender.send(
+                    url=f"{base}/hook", event="room.trending", delivery_id=new_delivery_id(),
+                    body=body, secrets=[PLAIN_SECRET],
+                )  # fmt: skip
+                assert attempt.status_code == 200, attempt
+
+        await asyncio.gather(*(one_connection() for _ in range(concurrency)))
+
+    async with sender:
+        await post(bodies[:WARM])
+        with Counting():
+            await post(bodies[WARM:])
+    return f"{count} sends"
+
+
+async def measure_drain(base: str, count: int, concurrency: int, database_url: str) -> str:
+    from sqlalchemy import event as orm_event
+
+    from service.webhooks import partners
+
+    engine, settings = await setup(database_url, base)
+    commits = [0]
+    try:
+        async with engine.begin() as conn:  # type: ignore[attr-defined]
+            await conn.execute(partners.partners.update().values(max_in_flight=concurrency))
+        await backlog(engine, WARM, prefix="warm")
+        await drain_backlog(engine, settings, WARM, None)
+        await backlog(engine, count, prefix="count")
+
+        def committed(conn: object) -> None:
+            commits[0] += 1
+
+        orm_event.listen(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
+        with Counting():
+            await drain_backlog(engine, settings, count, None)
+    finally:
+        await engine.dispose()  # type: ignore[attr-defined]
+    return f"{count} deliveries in {commits[0]} turns"
+
+
+def measure(part: str, base: str, count: int, concurrency: int, database_url: str) -> int:
+    from service import collector, eventloop
+
+    collector.tune()
+    if part == "plain":
+        run = measure_plain(base, count, concurrency)
+    elif part == "send":
+        run = measure_send(base, count, concurrency, database_url)
+    else:
+        run = measure_drain(base, count, concurrency, database_url)
+
+    async def main() -> int:
+        print(await run)
+        return 0
+
+    return eventloop.run(main())
+
+
+# --- the driver ---------------------------------------------------------------------------------
+
+
+def counted(out: Path) -> tuple[int, Counter[str]]:
+    """The instructions in a callgrind dump, in all and by shared object (self cost)."""
+    objects: dict[str, str] = {}
+    by_object: Counter[str] = Counter()
+    current = "?"
+    skip = False
+    total = 0
+    with out.open() as lines:
+        for line in lines:
+            if line.startswith("ob="):
+                current = _named(objects, line[3:].strip())
+            elif line.startswith("cob="):
+                _named(objects, line[4:].strip())
+            elif line.startswith("calls="):
+                skip = True  # the next line is the call's inclusive cost, not this function's
+            elif line[:1].isdigit() or line[:1] in "+-*":
+                if skip:
+                    skip = False
+                    continue
+                cost = int(line.split()[-1])
+                by_object[current] += cost
+            elif line.startswith("totals:") or line.startswith("summary:"):
+                total = int(line.split()[1])
+    return total, by_object
+
+
+def _named(objects: dict[str, str], spec: str) -> str:
+    """Callgrind names an object once in full, ``(3) /usr/lib/x.so``, then by its number, ``(3)``."""
+    match = re.match(r"\((\d+)\)(?: (.*))?", spec)
+    if match is None:
+        return spec
+    number, name = match.groups()
+    if name:
+        objects[number] = Path(name).name
+    return objects.get(number, spec)
+
+
+def run_part(
+    part: str, base: str, args: argparse.Namespace, database_url: str, scratch: Path
+) -> tuple[int, str, Counter[str]]:
+    """One part under callgrind: its instructions, what it said it did, and its instructions by object."""
+    out = scratch / f"{part}.out"
+    python = str(Path(sys.executable).absolute())  # the venv's, so its packages come along
+    command = [
+        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
+        python, "-m", "benchmarks.instructions", "--measure", part, "--base", base,
+        "--count", str(args.count), "--concurrency", str(args.concurrency), "--database-url", database_url,
+    ]  # fmt: skip
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if finished.returncode:
+        raise RuntimeError(f"{part} failed:\n{finished.stdout}\n{finished.stderr}")
+    dumps = sorted(scratch.glob(f"{part}.out.*"))
+    if len(dumps) != 1:
+        raise RuntimeError(f"{part}: expected one dump of the measured phase, found {len(dumps)}")
+    total, by_object = counted(dumps[0])
+    return total, finished.stdout.strip().splitlines()[-1], by_object
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--count", type=int, default=2000, help="messages each part counts")
+    parser.add_argument("--concurrency", type=int, default=16, help="connections, and the partner's cap")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--database-url", help="default: a temporary SQLite file")
+    parser.add_argument("--objects", action="store_true", help="each part by shared object")
+    parser.add_argument("--measure", choices=PARTS, help=argparse.SUPPRESS)
+    parser.add_argument("--base", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.measure:
+        return measure(args.measure, args.base, args.count, args.concurrency, args.database_url)
+    if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+        print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
+        return 2
+    from benchmarks.servers import free_port
+
+    with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
+        database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
+        backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+        print(f"instructions a message, counted by callgrind: {args.count} messages at {args.concurrency} "
+              f"connections (the drain: one partner at cap {args.concurrency}, {backend})")  # fmt: skip
+        plain_each = None
+        for part in args.parts:
+            began = time.monotonic()
+            total, what, by_object = run_part(part, base, args, database_url, Path(scratch))
+            each = total / args.count
+            plain_each = each if part == "plain" else plain_each
+            ratio = f", plain ÷ {part} {plain_each / each:4.2f}" if plain_each and part != "plain" else ""
+            print(f"  {part:6s} {each / 1000:8.1f} k instructions a message{ratio} ({what}; "
+                  f"{time.monotonic() - began:.0f} s under callgrind)")  # fmt: skip
+            if args.objects:
+                for name, cost in by_object.most_common(12):
+                    print(f"           {cost / args.count / 1000:8.1f} k  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
