@@ -318,7 +318,9 @@ _CLAIMED_JOBS = (
         deliveries.c.body.is_not(None).label("batch"),
         partners.c.id.label("partner_id"),
         partners.c.url,
-        partners.c.circuit_open_until,
+        # A probe: claimed while the partner's circuit was half-open. Read as a boolean, not the
+        # time, which would go through the column type's own conversion for every row.
+        partners.c.circuit_open_until.is_not(None).label("probe"),
         _slots(_CLAIMED_NOW).label("slots"),
     )
     .join(events, events.c.id == deliveries.c.event_id)
@@ -456,7 +458,7 @@ async def claim_due(
     jobs = []
     # Unpacked in _CLAIMED_JOBS's column order: a turn builds hundreds of jobs, and reading each
     # column by name costs more than the rest of building one.
-    for delivery_id, attempts, event_id, kind, payload, batch, partner_id, url, open_until, slots in rows:
+    for delivery_id, attempts, event_id, kind, payload, batch, partner_id, url, probe, slots in rows:
         if partner_id not in signing:
             # Nothing to sign with (see _claimed_secrets): left claimed, it is due again when the
             # lease ends, and goes out once the key is back in SERVICE_SECRETS_KEY.
@@ -473,7 +475,7 @@ async def claim_due(
                 signing[partner_id],
                 token,
                 until,
-                open_until is not None,
+                bool(probe),
                 bool(batch),
                 slots,
             )
