@@ -34,11 +34,12 @@ class Recorder:
     def committed(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Measure and log attempts whose rows are committed, and the circuits they moved."""
         metrics = self.metrics
+        quiet = not log.isEnabledFor(logging.DEBUG)  # delivered attempts are DEBUG lines: asked once a turn
         for record in records:
             if metrics is not None:
                 metrics.inc(metrics.delivery_attempts, record.job.partner_id, record.outcome)
                 metrics.attempt_seconds.observe(record.duration_ms / 1000)
-            if record.outcome is AttemptOutcome.DELIVERED and not log.isEnabledFor(logging.DEBUG):
+            if quiet and record.outcome is AttemptOutcome.DELIVERED:
                 continue
             level = {
                 AttemptOutcome.DELIVERED: logging.DEBUG,
