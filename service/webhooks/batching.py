@@ -132,27 +132,28 @@ def new_batch_id() -> str:
 # --- forming ----------------------------------------------------------------------------------
 
 _WAITING = deliveries.c.status == literal_column(f"'{DeliveryStatus.BATCHING}'")
+# Built once: every claim asks it, and SQLAlchemy would otherwise build it and derive its cache key
+# again on each turn of the worker.
+_GROUPS = (
+    select(
+        deliveries.c.partner_id,
+        events.c.kind,
+        func.count().label("waiting"),
+        func.min(deliveries.c.next_attempt_at).label("due"),
+        partners.c.batch,
+    )
+    .join(events, events.c.id == deliveries.c.event_id)
+    .join(partners, partners.c.id == deliveries.c.partner_id)
+    .where(_WAITING)
+    .group_by(deliveries.c.partner_id, events.c.kind, partners.c.batch)
+)
 
 
 async def form_batches(conn: AsyncConnection, *, now: datetime) -> int:
     """Make every batch that is ready at ``now`` (full, or its oldest member due), in the caller's
     transaction. A waiting delivery whose kind its partner no longer batches goes out alone
     (``pending``). The answer: how many deliveries became claimable (batches, and those released)."""
-    groups = (
-        await conn.execute(
-            select(
-                deliveries.c.partner_id,
-                events.c.kind,
-                func.count().label("waiting"),
-                func.min(deliveries.c.next_attempt_at).label("due"),
-                partners.c.batch,
-            )
-            .join(events, events.c.id == deliveries.c.event_id)
-            .join(partners, partners.c.id == deliveries.c.partner_id)
-            .where(_WAITING)
-            .group_by(deliveries.c.partner_id, events.c.kind, partners.c.batch)
-        )
-    ).all()
+    groups = (await conn.execute(_GROUPS)).all()
     if not groups:
         return 0
     if conn.dialect.name == "postgresql":

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import and_, bindparam, delete, select, update
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -547,21 +547,24 @@ class PartnerEffect(NamedTuple):
     changes: tuple[Change, ...] = ()  # what its circuit did, for logs and metrics
 
 
+# Built once (every turn that logs attempts reads it), the ids as one expanding parameter.
+_STANDING = select(
+    partners.c.id,
+    partners.c.status,
+    partners.c.consecutive_failures,
+    partners.c.failing_since,
+    partners.c.circuit_open_until,
+    partners.c.circuit_cooldown,
+).where(partners.c.id.in_(bindparam("b_ids", expanding=True)))
+_STANDING_LOCKED = _STANDING.with_for_update()
+
+
 async def lock_standing(conn: AsyncConnection, partner_ids: Sequence[str]) -> dict[str, Standing]:
     """The partners' standing, their rows locked until the transaction ends on PostgreSQL (two
     workers settling one partner take turns; SQLite's one writer already does)."""
     if not partner_ids:
         return {}
-    query = select(
-        partners.c.id,
-        partners.c.status,
-        partners.c.consecutive_failures,
-        partners.c.failing_since,
-        partners.c.circuit_open_until,
-        partners.c.circuit_cooldown,
-    ).where(partners.c.id.in_(partner_ids))
-    if conn.dialect.name == "postgresql":
-        query = query.with_for_update()
+    query = _STANDING_LOCKED if conn.dialect.name == "postgresql" else _STANDING
     return {
         row.id: Standing(
             PartnerStatus(row.status),
@@ -569,7 +572,7 @@ async def lock_standing(conn: AsyncConnection, partner_ids: Sequence[str]) -> di
                 row.consecutive_failures, row.failing_since, row.circuit_open_until, row.circuit_cooldown
             ),
         )
-        for row in await conn.execute(query)
+        for row in await conn.execute(query, {"b_ids": list(partner_ids)})
     }
 
 
