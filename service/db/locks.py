@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
-from sqlalchemy import bindparam, func, select, text
+from sqlalchemy import BigInteger, bindparam, func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -57,19 +56,16 @@ _END_STUCK_HOLDERS = text(
 ).bindparams(bindparam("b_high"), bindparam("b_low"), bindparam("b_stuck_s"))
 
 
-def _try(key: int) -> Any:
-    return select(func.pg_try_advisory_xact_lock(key))
-
-
-def _wait(key: int) -> Any:
-    return select(func.pg_advisory_xact_lock(key))
+# Built once: every claim on PostgreSQL asks for its lock.
+_TRY = select(func.pg_try_advisory_xact_lock(bindparam("b_key", type_=BigInteger())))
+_WAIT = select(func.pg_advisory_xact_lock(bindparam("b_key", type_=BigInteger())))
 
 
 async def take(conn: AsyncConnection, key: int, *, stuck_after_ms: int | None = None) -> list[int]:
     """Hold advisory lock ``key`` until ``conn``'s transaction ends; end on the way any session
     holding it that is this service's and has waited on its client longer than ``stuck_after_ms``
     (``STUCK_AFTER_MS``). Returns the ended sessions' process ids (almost always none)."""
-    if await conn.scalar(_try(key)):
+    if await conn.scalar(_TRY, {"b_key": key}):
         return []
     bound_ms = STUCK_AFTER_MS if stuck_after_ms is None else stuck_after_ms
     deadline = asyncio.get_running_loop().time() + WAIT_AT_MOST_S
@@ -103,7 +99,7 @@ async def _wait_within(conn: AsyncConnection, key: int, wait_ms: int, *, restore
     try:
         async with conn.begin_nested():
             await conn.execute(_SET_LOCK_TIMEOUT, {"b_lock_timeout": str(wait_ms)})
-            await conn.execute(_wait(key))
+            await conn.execute(_WAIT, {"b_key": key})
     except DBAPIError as error:
         if getattr(error.orig, "sqlstate", None) == LOCK_NOT_AVAILABLE:
             return False
