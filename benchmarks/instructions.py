@@ -20,6 +20,12 @@ the drain counts the worker's process only (the database's work is another proce
 core); on SQLite it counts SQLite too. ``--objects`` breaks each part down by the shared object the
 instructions ran in (the interpreter, uvloop, aiohttp's parser, asyncpg, libc...).
 
+``--bytecodes`` says which Python code the instructions went to, which callgrind cannot: with no
+valgrind, it counts the interpreter's bytecodes a message in each function over the same measured
+phase (``sys.settrace`` opcode events), and prints them by package or module and the functions
+that run the most. Traced, the process runs some hundred times slower, so the drain's turns are
+smaller still.
+
 Under callgrind the measured process runs some fifty times slower while the receiver and the
 database do not, so the worker's turns are shorter and more numerous than at full speed; the drain
 says how many it committed. Compare drains with similar turns a delivery.
@@ -37,7 +43,11 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
 
 from benchmarks.delivery import (
     PLAIN_SECRET,
@@ -74,56 +84,124 @@ class Counting:
         _callgrind("-i off")
 
 
+class Bytecodes:
+    """The interpreter's bytecodes by function over the measured phase (opcode trace events)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[CodeType] = Counter()
+
+    def _trace(self, frame: FrameType, event: str, arg: object) -> Callable[..., Any]:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.counts[frame.f_code] += 1
+        return self._trace
+
+    def __enter__(self) -> Bytecodes:
+        sys.settrace(self._trace)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.settrace(None)
+
+    def report(self, count: int, top: int = 15) -> list[str]:
+        """Bytecodes a message in all, by where the code lives, and in the busiest functions."""
+        places: Counter[str] = Counter()
+        functions: Counter[str] = Counter()
+        for code, ran in self.counts.items():
+            place = _place(code.co_filename)
+            places[place] += ran
+            functions[f"{_file(code.co_filename)}:{code.co_firstlineno} {code.co_name}"] += ran
+        lines = [f"{sum(self.counts.values()) / count:10,.0f}  bytecodes a message"]
+        lines += [f"{ran / count:10,.1f}  {place}" for place, ran in places.most_common(top)]
+        lines.append("            the busiest functions:")
+        lines += [f"{ran / count:10,.1f}  {name}" for name, ran in functions.most_common(top)]
+        return lines
+
+
+def _place(filename: str) -> str:
+    """Where code lives: a package (``aiohttp``), a file of this project
+    (``service/webhooks/send.py``), a module of the standard library (``asyncio``, ``hmac``)."""
+    path = Path(filename)
+    if "site-packages" in path.parts:
+        return path.parts[path.parts.index("site-packages") + 1]
+    if path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    if filename.startswith("<"):
+        return filename  # <frozen abc>, <string> (named tuples' generated code)
+    library = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    return path.stem if path.parent.name == library else path.parent.name
+
+
+def _file(filename: str) -> str:
+    """A source file named from its package, this project or the standard library's root."""
+    path = Path(filename)
+    if "site-packages" in path.parts:
+        return "/".join(path.parts[path.parts.index("site-packages") + 1 :])
+    if path.is_relative_to(ROOT):
+        return str(path.relative_to(ROOT))
+    library = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    if library in path.parts:
+        return "/".join(path.parts[path.parts.index(library) + 1 :])
+    return filename
+
+
+Meter = Callable[[], AbstractContextManager[object]]
+
+
 # --- the parts, each run in the process callgrind counts ----------------------------------------
 
 
-async def measure_plain(base: str, count: int, concurrency: int) -> str:
+async def measure_plain(base: str, count: int, concurrency: int, meter: Meter) -> str:
     requests = plain_requests(count + WARM)
     await plain(base, requests[:WARM], concurrency)
-    with Counting():
+    with meter():
         await plain(base, requests[WARM:], concurrency)
     return f"{count} posts"
 
 
-async def measure_send(base: str, count: int, concurrency: int, database_url: str) -> str:
+async def measure_send(base: str, count: int, concurrency: int, database_url: str, meter: Meter) -> str:
     from service.events import parse_event
     from service.webhooks import wiring
     from service.webhooks.outbox import encode_payload, new_delivery_id
 
     settings = bench_settings(database_url)
-    bodies = [encode_payload(parse_event(event(i, "send"), now=_now())).encode() for i in range(count + WARM)]
+    # Made before counting, as the worker's come from its claims: each delivery's id and body.
+    deliveries = [
+        (new_delivery_id(), encode_payload(parse_event(event(i, "send"), now=_now())).encode())
+        for i in range(count + WARM)
+    ]
     sender = wiring.sender(settings, clock=_now, limit=concurrency)  # type: ignore[arg-type]
+    url, secrets = f"{base}/hook", (PLAIN_SECRET,)
 
-    async def post(chunk: list[bytes]) -> None:
+    async def post(chunk: list[tuple[str, bytes]]) -> None:
         items = iter(chunk)
 
         async def one_connection() -> None:
-            for body in items:
+            for delivery_id, body in items:
                 attempt = await sender.send(
-                    url=f"{base}/hook", event="room.trending", delivery_id=new_delivery_id(),
-                    body=body, secrets=[PLAIN_SECRET],
-                )  # fmt: skip
+                    url=url, event="room.trending", delivery_id=delivery_id, body=body, secrets=secrets
+                )
                 assert attempt.status_code == 200, attempt
 
         await asyncio.gather(*(one_connection() for _ in range(concurrency)))
 
     async with sender:
-        await post(bodies[:WARM])
-        with Counting():
-            await post(bodies[WARM:])
+        await post(deliveries[:WARM])
+        with meter():
+            await post(deliveries[WARM:])
     return f"{count} sends"
 
 
-async def measure_drain(base: str, count: int, concurrency: int, database_url: str) -> str:
+async def measure_drain(base: str, count: int, concurrency: int, database_url: str, meter: Meter) -> str:
     from sqlalchemy import event as orm_event
 
-    from service.webhooks import partners
+    from service.db.tables import partners
 
     engine, settings = await setup(database_url, base)
     commits = [0]
     try:
         async with engine.begin() as conn:  # type: ignore[attr-defined]
-            await conn.execute(partners.partners.update().values(max_in_flight=concurrency))
+            await conn.execute(partners.update().values(max_in_flight=concurrency))
         await backlog(engine, WARM, prefix="warm")
         await drain_backlog(engine, settings, WARM, None)
         await backlog(engine, count, prefix="count")
@@ -132,26 +210,31 @@ async def measure_drain(base: str, count: int, concurrency: int, database_url: s
             commits[0] += 1
 
         orm_event.listen(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
-        with Counting():
+        with meter():
             await drain_backlog(engine, settings, count, None)
     finally:
         await engine.dispose()  # type: ignore[attr-defined]
     return f"{count} deliveries in {commits[0]} turns"
 
 
-def measure(part: str, base: str, count: int, concurrency: int, database_url: str) -> int:
+def measure(part: str, base: str, count: int, concurrency: int, database_url: str, bytecodes: bool) -> int:
+    """One part in this process: counted by the callgrind running it or, with ``bytecodes``, traced."""
     from service import collector, eventloop
 
     collector.tune()
+    traced = Bytecodes()
+    meter: Meter = (lambda: traced) if bytecodes else Counting
     if part == "plain":
-        run = measure_plain(base, count, concurrency)
+        run = measure_plain(base, count, concurrency, meter)
     elif part == "send":
-        run = measure_send(base, count, concurrency, database_url)
+        run = measure_send(base, count, concurrency, database_url, meter)
     else:
-        run = measure_drain(base, count, concurrency, database_url)
+        run = measure_drain(base, count, concurrency, database_url, meter)
 
     async def main() -> int:
         print(await run)
+        if bytecodes:
+            print("\n".join(traced.report(count)))
         return 0
 
     return eventloop.run(main())
@@ -218,6 +301,28 @@ def run_part(
     return total, finished.stdout.strip().splitlines()[-1], by_object
 
 
+def traced_parts(args: argparse.Namespace) -> int:
+    """Each part in a process of its own, its bytecodes a message counted by tracing."""
+    from benchmarks.servers import free_port
+
+    with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
+        database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
+        print(f"bytecodes a message, traced: {args.count} messages at {args.concurrency} connections")
+        for part in args.parts:
+            command = [
+                sys.executable, "-m", "benchmarks.instructions", "--measure", part, "--bytecodes",
+                "--base", base, "--count", str(args.count), "--concurrency", str(args.concurrency),
+                "--database-url", database_url,
+            ]  # fmt: skip
+            finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+            if finished.returncode:
+                raise RuntimeError(f"{part} failed:\n{finished.stdout}\n{finished.stderr}")
+            what, *report = finished.stdout.strip().splitlines()
+            print(f"  {part} ({what})")
+            print("\n".join(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -226,11 +331,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--database-url", help="default: a temporary SQLite file")
     parser.add_argument("--objects", action="store_true", help="each part by shared object")
+    parser.add_argument(
+        "--bytecodes", action="store_true",
+        help="instead: the interpreter's bytecodes a message, by package and function (no valgrind)",
+    )  # fmt: skip
     parser.add_argument("--measure", choices=PARTS, help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
-        return measure(args.measure, args.base, args.count, args.concurrency, args.database_url)
+        return measure(
+            args.measure, args.base, args.count, args.concurrency, args.database_url, args.bytecodes
+        )
+    if args.bytecodes:
+        return traced_parts(args)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2

@@ -242,3 +242,32 @@ def test_instruction_benchmark_counts_each_part_under_callgrind() -> None:
     assert 1 <= turns < 50
     objects = [line.split()[-1] for line in lines if line.startswith(" " * 6)]
     assert any(name.startswith("libpython") for name in objects)
+
+
+@pytest.mark.slow
+def test_instruction_benchmark_traces_the_bytecodes_of_each_part() -> None:
+    """`python -m benchmarks.instructions --bytecodes` (no valgrind) prints each part's bytecodes a
+    message, by package or module and by function: the drain runs more of them than the plain client,
+    the worker's own loop among them."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--bytecodes", "--count", "50",
+         "--concurrency", "4", "--parts", "plain", "drain"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == "bytecodes a message, traced: 50 messages at 4 connections"
+    heads = [
+        index for index, line in enumerate(lines) if line.startswith("  ") and not line.startswith("   ")
+    ]
+    assert [lines[index].split()[0] for index in heads] == ["plain", "drain"]
+    assert lines[heads[0]] == "  plain (50 posts)"
+    assert lines[heads[1]].startswith("  drain (50 deliveries in ")
+    plain = float(lines[heads[0] + 1].split()[0].replace(",", ""))
+    drain = float(lines[heads[1] + 1].split()[0].replace(",", ""))
+    assert lines[heads[0] + 1].endswith("bytecodes a message")
+    assert 0 < plain < drain
+    drained = lines[heads[1] + 2 :]
+    places = [line.split()[-1] for line in drained[: drained.index("            the busiest functions:")]]
+    assert "aiohttp" in places and "service/webhooks/worker.py" in places
+    assert any("service/webhooks/worker.py:" in line and " _send" in line for line in drained)
