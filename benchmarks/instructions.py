@@ -118,31 +118,25 @@ class Bytecodes:
         return lines
 
 
-def _place(filename: str) -> str:
-    """Where code lives: a package (``aiohttp``), a file of this project
-    (``service/webhooks/send.py``), a module of the standard library (``asyncio``, ``hmac``)."""
-    path = Path(filename)
-    if "site-packages" in path.parts:
-        return path.parts[path.parts.index("site-packages") + 1]
-    if path.is_relative_to(ROOT):
-        return str(path.relative_to(ROOT))
-    if filename.startswith("<"):
-        return filename  # <frozen abc>, <string> (named tuples' generated code)
-    library = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    return path.stem if path.parent.name == library else path.parent.name
-
-
 def _file(filename: str) -> str:
-    """A source file named from its package, this project or the standard library's root."""
+    """A source file named from its package (``aiohttp/client.py``), this project
+    (``service/webhooks/send.py``) or the standard library (``asyncio/queues.py``, ``hmac.py``)."""
     path = Path(filename)
-    if "site-packages" in path.parts:
-        return "/".join(path.parts[path.parts.index("site-packages") + 1 :])
-    if path.is_relative_to(ROOT):
+    if path.is_relative_to(ROOT) and "site-packages" not in path.parts:
         return str(path.relative_to(ROOT))
-    library = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    if library in path.parts:
-        return "/".join(path.parts[path.parts.index(library) + 1 :])
-    return filename
+    for root in ("site-packages", f"python{sys.version_info.major}.{sys.version_info.minor}"):
+        if root in path.parts:
+            return "/".join(path.parts[path.parts.index(root) + 1 :])
+    return filename  # <frozen abc>, <string> (named tuples' generated code)
+
+
+def _place(filename: str) -> str:
+    """Where code lives: a package or a module of the standard library (``aiohttp``, ``asyncio``,
+    ``hmac``), or a file of this project (``service/webhooks/send.py``)."""
+    named = _file(filename)
+    if Path(filename).is_relative_to(ROOT) and "site-packages" not in Path(filename).parts:
+        return named
+    return named.split("/", 1)[0].removesuffix(".py")
 
 
 Meter = Callable[[], AbstractContextManager[object]]
@@ -280,25 +274,33 @@ def _named(objects: dict[str, str], spec: str) -> str:
     return objects.get(number, spec)
 
 
+def _measured(part: str, base: str, args: argparse.Namespace, database_url: str, *, under: list[str],
+              bytecodes: bool = False) -> list[str]:  # fmt: skip
+    """Run ``part`` in a process of its own (``under`` callgrind, or traced): what it printed."""
+    python = str(Path(sys.executable).absolute())  # the venv's, so its packages come along
+    command = [
+        *under, python, "-m", "benchmarks.instructions", "--measure", part, "--base", base,
+        "--count", str(args.count), "--concurrency", str(args.concurrency), "--database-url", database_url,
+        *(["--bytecodes"] if bytecodes else []),
+    ]  # fmt: skip
+    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    if finished.returncode:
+        raise RuntimeError(f"{part} failed:\n{finished.stdout}\n{finished.stderr}")
+    return finished.stdout.strip().splitlines()
+
+
 def run_part(
     part: str, base: str, args: argparse.Namespace, database_url: str, scratch: Path
 ) -> tuple[int, str, Counter[str]]:
     """One part under callgrind: its instructions, what it said it did, and its instructions by object."""
     out = scratch / f"{part}.out"
-    python = str(Path(sys.executable).absolute())  # the venv's, so its packages come along
-    command = [
-        "valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-        python, "-m", "benchmarks.instructions", "--measure", part, "--base", base,
-        "--count", str(args.count), "--concurrency", str(args.concurrency), "--database-url", database_url,
-    ]  # fmt: skip
-    finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    if finished.returncode:
-        raise RuntimeError(f"{part} failed:\n{finished.stdout}\n{finished.stderr}")
+    callgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    printed = _measured(part, base, args, database_url, under=callgrind)
     dumps = sorted(scratch.glob(f"{part}.out.*"))
     if len(dumps) != 1:
         raise RuntimeError(f"{part}: expected one dump of the measured phase, found {len(dumps)}")
     total, by_object = counted(dumps[0])
-    return total, finished.stdout.strip().splitlines()[-1], by_object
+    return total, printed[-1], by_object
 
 
 def traced_parts(args: argparse.Namespace) -> int:
@@ -309,15 +311,7 @@ def traced_parts(args: argparse.Namespace) -> int:
         database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
         print(f"bytecodes a message, traced: {args.count} messages at {args.concurrency} connections")
         for part in args.parts:
-            command = [
-                sys.executable, "-m", "benchmarks.instructions", "--measure", part, "--bytecodes",
-                "--base", base, "--count", str(args.count), "--concurrency", str(args.concurrency),
-                "--database-url", database_url,
-            ]  # fmt: skip
-            finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-            if finished.returncode:
-                raise RuntimeError(f"{part} failed:\n{finished.stdout}\n{finished.stderr}")
-            what, *report = finished.stdout.strip().splitlines()
+            what, *report = _measured(part, base, args, database_url, under=[], bytecodes=True)
             print(f"  {part} ({what})")
             print("\n".join(report))
     return 0
