@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from webhook_helpers import (
     AUTH,
     Receiver,
@@ -936,3 +936,61 @@ def test_postgres_claim_finds_its_rows_by_primary_key_in_a_table_never_analyzed(
         }
 
     assert asyncio.run(scenario()) == {"pk_deliveries"}
+
+
+@pytest.mark.parametrize("database_url", ["postgres"], indirect=True)
+def test_postgres_claim_is_planned_for_the_table_as_it_is_not_as_it_was(
+    database_url: str, clock: Any
+) -> None:
+    """A worker's claims are prepared statements. Once PostgreSQL settles on a generic plan for one,
+    it keeps it until the table is analyzed again. A generic plan made while the table held a few
+    rows (a new deployment, a worker started on a quiet outbox) reads the whole table, which is
+    right for a few rows; after a burst, before autovacuum's next look, every claim then compared
+    every due row with the chosen ids: 743 ms to claim 512 of a 30,000 backlog, against 24 ms
+    planned for the table as it is. Here the session settles at once (force_generic_plan), on five
+    rows; then 20,000 rows arrive, and the next claim must not read the table whole."""
+
+    async def scenario() -> tuple[tuple[int, int], tuple[int, int]]:
+        engine = create_engine(database_url)
+        await _setup(engine, clock, [("burst", "https://burst.example/hook", 16)], 5, fixed_keyring())
+
+        async def claimed(conn: Any) -> tuple[int, int]:
+            """Deliveries claimed, and the scans of the deliveries table that read it whole."""
+            async with conn.begin():
+                # Counted by this session (its counts not yet reported included), before and after.
+                before = await conn.scalar(_SEQUENTIAL_SCANS)
+                jobs = await claim_due(
+                    conn, now=clock(), limit=1, lease=timedelta(seconds=30), default_cap=8,
+                    keyring=fixed_keyring(),
+                )  # fmt: skip
+                after = await conn.scalar(_SEQUENTIAL_SCANS)
+            return len(jobs), after - before
+
+        async with engine.connect() as conn:
+            await conn.execute(text("SET plan_cache_mode = force_generic_plan"))
+            await conn.commit()
+            small = await claimed(conn)
+            async with engine.begin() as other:  # settled ones: the claim has no business reading them
+                await other.execute(_BULK_EVENTS)
+                await other.execute(_BULK_DELIVERIES)
+            large = await claimed(conn)
+        await engine.dispose()
+        return small, large
+
+    small, large = asyncio.run(scenario())
+    assert small[0] == large[0] == 1
+    assert large[1] == 0, f"the claim read the deliveries table whole {large[1]} times"
+
+
+_SEQUENTIAL_SCANS = text("SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'deliveries'")
+# Twenty thousand settled deliveries (and their events), written by the database itself.
+_BULK_EVENTS = text(
+    "INSERT INTO events (id, kind, dedupe_key, payload, occurred_at, created_at) "
+    "SELECT 'bulk-' || n, 'room.claimed', 'bulk-' || n, '{}', now(), now() FROM generate_series(1, 20000) AS n"
+)
+_BULK_DELIVERIES = text(
+    "INSERT INTO deliveries "
+    "(id, event_id, partner_id, status, attempts, next_attempt_at, created_at, updated_at) "
+    "SELECT 'bulk-' || n, 'bulk-' || n, (SELECT id FROM partners), 'delivered', 1, now(), now(), now() "
+    "FROM generate_series(1, 20000) AS n"
+)

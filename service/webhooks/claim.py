@@ -110,6 +110,15 @@ _NOW = bindparam("b_now", type_=UTCDateTime())
 # count a partner's claims at the same moment: the per-partner cap holds across every worker.
 # Claims are one short statement each, so taking them in turn costs little.
 CLAIM_LOCK = 0x5E5E_C1A1
+# Then the rest of the turn is planned for the table as it is now. The claim is a prepared
+# statement, and once PostgreSQL settles on a generic plan for one it keeps it until the table is
+# analyzed again: a plan made while the table held a few rows (a new deployment, a worker started
+# on a quiet outbox) reads it whole, right for a few rows, and after a burst, before autovacuum's
+# next look, each claim compared every due row with the chosen ids: 743 ms to claim 512 of a
+# 30,000 backlog (the server's log of a drain); planned for the table as it was, 24 ms (EXPLAIN
+# ANALYZE, PostgreSQL 15). Planning costs the claim about a millisecond. Transaction-scoped, like
+# the lock.
+_PLANNED_NOW = select(func.set_config("plan_cache_mode", "force_custom_plan", True))
 
 
 _HOLDER = bindparam("b_holder", type_=String())
@@ -429,6 +438,7 @@ async def claim_due(
     until = now + lease
     if conn.dialect.name == "postgresql":
         await locks.take(conn, CLAIM_LOCK)
+        await conn.execute(_PLANNED_NOW)
     params = {
         "b_now": now,
         "b_limit": limit,
