@@ -35,7 +35,10 @@ the same requests to the same receiver at the partners' summed caps (16, 64, 80)
 case also says how full the worker held the caps: its attempts in flight on average over the drain,
 as a share of the caps' sum (from the attempt log, by Little's law), this process's CPU time a
 delivery against the plain client's a request (on PostgreSQL, the worker's own; SQLite's work runs
-in this process too), and how many transactions (turns) the drain committed.
+in this process too), the receiver's beside each, and how many transactions (turns) the drain
+committed. Where there is a /proc/stat (Linux), it also gives the rest of the machine's CPU a
+delivery (on PostgreSQL on the same machine, mostly the database's) and how idle the machine
+stood on each side: a side that leaves cores idle is waiting, not computing.
 
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
@@ -125,6 +128,9 @@ def serve_receiver(port: int) -> None:
         posts[0] = 0
         return web.json_response({"count": 0})
 
+    async def cpu(request: web.Request) -> web.Response:
+        return web.json_response({"seconds": time.process_time()})
+
     app = web.Application()
     app.router.add_post("/hook", hook)
     app.router.add_post("/hook/{n}", hook)
@@ -133,6 +139,7 @@ def serve_receiver(port: int) -> None:
     app.router.add_get("/posts", posted)
     app.router.add_get("/times", times)
     app.router.add_post("/reset", reset)
+    app.router.add_get("/cpu", cpu)
     web.run_app(app, host=HOST, port=port, access_log=None, print=None)
 
 
@@ -461,9 +468,9 @@ async def capped_rate(
             commits[0] += 1
 
         orm_event.listen(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
-        cpu = time.process_time()
+        began = await CpuMark.now(session, base)
         seconds = await drain_backlog(engine, settings, events, None, depth)
-        cpu = time.process_time() - cpu
+        cpu = await began.since(session, base, events)
         orm_event.remove(engine.sync_engine, "commit", committed)  # type: ignore[attr-defined]
         posted = await _aget(session, f"{base}/posts")
         async with engine.connect() as conn:  # type: ignore[attr-defined]
@@ -471,15 +478,85 @@ async def capped_rate(
     finally:
         await engine.dispose()  # type: ignore[attr-defined]
     assert posted == {"posts": events}, posted
-    return Drain(events / seconds, busy_ms / 1000 / seconds / case.concurrency, cpu / events, commits[0])
+    return Drain(events / seconds, busy_ms / 1000 / seconds / case.concurrency, cpu, commits[0])
 
 
 @dataclass(frozen=True, slots=True)
 class Drain:
     rate: float  # deliveries a second
     full: float  # the caps' share held in flight, on average
-    cpu: float  # this process's CPU seconds a delivery (the worker's, on PostgreSQL)
+    cpu: Cpu  # CPU a delivery: this process's (the worker's), the receiver's, the rest of the machine's
     turns: int  # transactions committed
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """CPU seconds a message over a measured phase: this process's, the receiver's, and the rest of
+    the machine's (on PostgreSQL, mostly the database's), with the machine's idle share; the last
+    two from /proc/stat, None where there is none."""
+
+    own: float
+    receiver: float
+    rest: float | None
+    idle: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    """Where the CPU counters stood at the start of a measured phase."""
+
+    own: float
+    receiver: float
+    machine: tuple[float, float] | None  # busy and idle seconds
+
+    @classmethod
+    async def now(cls, session: aiohttp.ClientSession, base: str) -> CpuMark:
+        receiver = await _aget(session, f"{base}/cpu")
+        assert isinstance(receiver, dict)
+        return cls(time.process_time(), float(receiver["seconds"]), _machine())
+
+    async def since(self, session: aiohttp.ClientSession, base: str, messages: int) -> Cpu:
+        now = await CpuMark.now(session, base)
+        own, receiver = now.own - self.own, now.receiver - self.receiver
+        if now.machine is None or self.machine is None:
+            return Cpu(own / messages, receiver / messages, None, None)
+        busy, idle = now.machine[0] - self.machine[0], now.machine[1] - self.machine[1]
+        return Cpu(own / messages, receiver / messages, max(busy - own - receiver, 0.0) / messages,
+                   idle / (busy + idle) if busy + idle else None)  # fmt: skip
+
+
+def _machine() -> tuple[float, float] | None:
+    """The machine's busy and idle CPU seconds since boot (Linux's /proc/stat), None elsewhere."""
+    try:
+        first = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is counted in user already)
+    ticks = [int(field) for field in first[1:9]]
+    idle = ticks[3] + ticks[4]
+    hertz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hertz, idle / hertz
+
+
+def _cpu_text(drains: list[Cpu], plains: list[Cpu]) -> str:
+    """The medians of a case's drains and plain runs: CPU in µs a message, the machine's idle share."""
+
+    def median(values: list[float | None], scale: float) -> str:
+        known = [value for value in values if value is not None]
+        return f"{scale * statistics.median(known):.0f}" if known else "?"
+
+    own, plain_own = median([c.own for c in drains], 1e6), median([c.own for c in plains], 1e6)
+    receiver = median([c.receiver for c in drains], 1e6)
+    plain_receiver = median([c.receiver for c in plains], 1e6)
+    text = (
+        f"CPU {own} µs a delivery (plain {plain_own} µs a request); "
+        f"the receiver {receiver} µs (plain's {plain_receiver})"
+    )
+    if all(c.idle is not None for c in (*drains, *plains)):
+        rest = median([c.rest for c in drains], 1e6)
+        idle, plain_idle = median([c.idle for c in drains], 100), median([c.idle for c in plains], 100)
+        text += f", the rest of the machine {rest} µs; the machine {idle} % idle (plain's {plain_idle} %)"
+    return text
 
 
 async def run_like_for_like(args: argparse.Namespace, base: str, database_url: str) -> int:
@@ -500,12 +577,12 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
         for case in LIKE_FOR_LIKE:
             rounds: list[tuple[float, float]] = []
             drains: list[Drain] = []
-            plain_cpu: list[float] = []
+            plain_cpu: list[Cpu] = []
             for _ in range(args.rounds):
                 await session.post(f"{base}/reset")
-                cpu = time.process_time()
+                began = await CpuMark.now(session, base)
                 plain_rate = events / await plain(base, requests, case.concurrency)
-                plain_cpu.append((time.process_time() - cpu) / events)
+                plain_cpu.append(await began.since(session, base, events))
                 drain = await capped_rate(database_url, base, session, case, events, args.depth)
                 rounds.append((plain_rate, drain.rate))
                 drains.append(drain)
@@ -519,9 +596,8 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
             print(f"  {str(case) + ':':28s} plain at {case.concurrency:3d} {best_plain:7.0f}/s, service "
                   f"{best_service:7.0f}/s: ratio {ratio:4.2f} (rounds {each}, median {paired:4.2f}; "
                   f"aim >= {LIKE_AIM}, floor {RATIO_TARGET}); "
-                  f"caps held {statistics.median(drain.full for drain in drains):4.2f} full; CPU "
-                  f"{1e6 * statistics.median(drain.cpu for drain in drains):.0f} µs a delivery "
-                  f"(plain {1e6 * statistics.median(plain_cpu):.0f} µs a request), "
+                  f"caps held {statistics.median(drain.full for drain in drains):4.2f} full; "
+                  f"{_cpu_text([drain.cpu for drain in drains], plain_cpu)}, "
                   f"{statistics.median(drain.turns for drain in drains):.0f} turns")  # fmt: skip
             ok = ok and ratio >= RATIO_TARGET
     print("PASS" if ok else "BELOW TARGET")

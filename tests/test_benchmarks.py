@@ -172,7 +172,8 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
     """`python -m benchmarks.delivery --like-for-like DELIVERIES` drains each case (every delivery
     posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
     each round's ratio and their median, how full the worker held the caps (on average, never past
-    them), both sides' CPU time a message, and the drain's turns (at least one; fewer than its
+    them), both sides' CPU time a message and the receiver's beside each, the rest of the machine's
+    and its idle share (read from /proc/stat), and the drain's turns (at least one; fewer than its
     deliveries, which share commits)."""
     from benchmarks import delivery
 
@@ -195,6 +196,14 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
         plain_cpu = float(line.split("(plain ")[1].split(" µs a request")[0])
         turns = int(line.split("), ")[-1].removesuffix(" turns"))
         assert service_cpu > 0 and plain_cpu > 0 and 1 <= turns < 160
+        # The receiver answered every post of both sides in its own process.
+        receiver = float(line.split("the receiver ")[1].split(" µs")[0])
+        plain_receiver = float(line.split("(plain's ")[1].split(")")[0])
+        assert receiver > 0 and plain_receiver > 0
+        rest = float(line.split("the rest of the machine ")[1].split(" µs")[0])
+        idle = float(line.split("the machine ")[-1].split(" % idle")[0])
+        plain_idle = float(line.split("(plain's ")[-1].split(" %)")[0])
+        assert rest >= 0 and 0 <= idle <= 100 and 0 <= plain_idle <= 100
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
