@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from webhook_helpers import (
     AUTH,
     Receiver,
@@ -63,9 +63,14 @@ async def _claimed(engine: Any, clock: Any, partner: str, count: int) -> list[Jo
         )
 
 
-async def _recorded(engine: Any, records: list[Settlement], statement: str) -> list[bool]:
+async def _recorded(engine: Any, records: list[Settlement], statement: str | tuple[str, ...]) -> list[bool]:
     """``settle.record`` the records in one transaction; for each statement it ran that starts
-    with ``statement``, whether the driver ran it row by row (executemany)."""
+    with ``statement`` (or one of them), whether the driver ran it row by row (executemany). A COPY, which goes to
+    asyncpg's connection directly, not through SQLAlchemy, counts as one statement, ``COPY
+    <table>``."""
+    from unittest import mock
+
+    import asyncpg
     from sqlalchemy import event
 
     from service.webhooks.breaker import BreakerPolicy
@@ -76,10 +81,18 @@ async def _recorded(engine: Any, records: list[Settlement], statement: str) -> l
         if text.lstrip().upper().startswith(statement):
             ran.append(many)
 
+    copy = asyncpg.Connection.copy_records_to_table
+
+    async def copied(driver: Any, table: str, **options: Any) -> Any:
+        if f"COPY {table}".upper().startswith(statement):
+            ran.append(False)
+        return await copy(driver, table, **options)
+
     event.listen(engine.sync_engine, "before_cursor_execute", seen)
     try:
-        async with engine.begin() as conn:
-            await settle.record(conn, records, breaker=BreakerPolicy())
+        with mock.patch.object(asyncpg.Connection, "copy_records_to_table", copied):
+            async with engine.begin() as conn:
+                await settle.record(conn, records, breaker=BreakerPolicy())
     finally:
         event.remove(engine.sync_engine, "before_cursor_execute", seen)
     return ran
@@ -392,9 +405,9 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
 def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
     database_url: str, clock: Any
 ) -> None:
-    """However many attempts a turn logs, they go in as one INSERT, and every value comes back as
-    it was: text that quotes, escapes or looks like JSON paths, any Unicode, no answer at all, and
-    start times to the microsecond."""
+    """However many attempts a turn logs, they go in as one statement (an INSERT on SQLite, a COPY
+    on PostgreSQL), and every value comes back as it was: text that quotes, escapes or looks like
+    JSON paths, any Unicode, no answer at all, and start times to the microsecond."""
 
 
     excerpts = ['"quoted" and \\back\\slash', "ünïcødé ✓ 🚀", "$[0] [1, \"x\"] {}", "'; --", None]
@@ -416,7 +429,7 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
             )
             for number, (job, excerpt) in enumerate(zip(jobs, excerpts, strict=True))
         ]
-        inserts = await _recorded(engine, records, "INSERT")
+        inserts = await _recorded(engine, records, ("INSERT", "COPY"))
         columns = [column for column in delivery_attempts.c if column.name != "id"]  # in table order
         async with engine.connect() as conn:
             stored = [tuple(row) for row in await conn.execute(select(*columns).order_by(delivery_attempts.c.id))]
@@ -442,6 +455,35 @@ def test_a_turns_attempts_are_logged_in_one_statement_exactly_as_they_happened(
     inserts, stored, expected = asyncio.run(scenario())
     assert inserts == [False]
     assert sorted(stored, key=str) == sorted(expected, key=str)
+
+
+def test_a_turns_attempt_log_goes_in_and_out_with_its_transaction(database_url: str, clock: Any) -> None:
+    """The log rows are written in the turn's transaction (on PostgreSQL a COPY on the driver's
+    own connection): rolled back, the turn leaves no attempt logged and its deliveries claimed."""
+    from service.db.tables import deliveries
+    from service.webhooks.breaker import BreakerPolicy
+
+    async def scenario() -> tuple[int, list[str]]:
+        engine = create_engine(database_url)
+        jobs = await _claimed(engine, clock, "rolled back", 3)
+        outcomes = [AttemptOutcome.DELIVERED, AttemptOutcome.RETRY, AttemptOutcome.FAILED]
+        records = [
+            Settlement(job, clock(), 5, 200, None, "ok", outcome, clock(), clock() + timedelta(minutes=1))
+            for job, outcome in zip(jobs, outcomes, strict=True)
+        ]
+        async with engine.connect() as conn:
+            transaction = await conn.begin()
+            await settle.record(conn, records, breaker=BreakerPolicy())
+            await transaction.rollback()
+        async with engine.connect() as conn:
+            logged = (await conn.execute(select(func.count()).select_from(delivery_attempts))).scalar_one()
+            statuses = (await conn.execute(select(deliveries.c.status))).scalars().all()
+        await engine.dispose()
+        return logged, list(statuses)
+
+    logged, statuses = asyncio.run(scenario())
+    assert logged == 0
+    assert statuses == ["delivering"] * 3
 
 
 def test_a_turns_retries_and_failures_settle_in_one_statement_and_spare_a_claim_taken_since(
