@@ -38,7 +38,10 @@ delivery against the plain client's a request (on PostgreSQL, the worker's own; 
 in this process too), the receiver's beside each, and how many transactions (turns) the drain
 committed. Where there is a /proc/stat (Linux), it also gives the rest of the machine's CPU a
 delivery (on PostgreSQL on the same machine, mostly the database's) and how idle the machine
-stood on each side: a side that leaves cores idle is waiting, not computing.
+stood on each side: a side that leaves cores idle is waiting, not computing. From each thread's
+/proc schedstat it gives the share of the time this process and the receiver spent ready to run
+while every core was taken: three processes (worker, receiver, database) sharing two cores wait
+for them, where the plain client and the receiver have one each.
 
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
@@ -129,7 +132,7 @@ def serve_receiver(port: int) -> None:
         return web.json_response({"count": 0})
 
     async def cpu(request: web.Request) -> web.Response:
-        return web.json_response({"seconds": time.process_time()})
+        return web.json_response({"seconds": time.process_time(), "waited": _waited()})
 
     app = web.Application()
     app.router.add_post("/hook", hook)
@@ -492,13 +495,16 @@ class Drain:
 @dataclass(frozen=True, slots=True)
 class Cpu:
     """CPU seconds a message over a measured phase: this process's, the receiver's, and the rest of
-    the machine's (on PostgreSQL, mostly the database's), with the machine's idle share; the last
-    two from /proc/stat, None where there is none."""
+    the machine's (on PostgreSQL, mostly the database's), with the machine's idle share (from
+    /proc/stat), and the share of the phase this process and the receiver spent ready to run but
+    waiting for a core (from /proc/.../schedstat); None where Linux's /proc is not."""
 
     own: float
     receiver: float
     rest: float | None
     idle: float | None
+    waited: float | None = None
+    receiver_waited: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -508,21 +514,44 @@ class CpuMark:
     own: float
     receiver: float
     machine: tuple[float, float] | None  # busy and idle seconds
+    wall: float  # time.perf_counter()
+    waited: float | None  # seconds this process's threads waited for a core, since they started
+    receiver_waited: float | None
 
     @classmethod
     async def now(cls, session: aiohttp.ClientSession, base: str) -> CpuMark:
         receiver = await _aget(session, f"{base}/cpu")
         assert isinstance(receiver, dict)
-        return cls(time.process_time(), float(receiver["seconds"]), _machine())
+        return cls(time.process_time(), float(receiver["seconds"]), _machine(), time.perf_counter(),
+                   _waited(), receiver.get("waited"))  # fmt: skip
 
     async def since(self, session: aiohttp.ClientSession, base: str, messages: int) -> Cpu:
         now = await CpuMark.now(session, base)
-        own, receiver = now.own - self.own, now.receiver - self.receiver
+        own, receiver, wall = now.own - self.own, now.receiver - self.receiver, now.wall - self.wall
+        waited = _share(now.waited, self.waited, wall)
+        receiver_waited = _share(now.receiver_waited, self.receiver_waited, wall)
         if now.machine is None or self.machine is None:
-            return Cpu(own / messages, receiver / messages, None, None)
+            return Cpu(own / messages, receiver / messages, None, None, waited, receiver_waited)
         busy, idle = now.machine[0] - self.machine[0], now.machine[1] - self.machine[1]
         return Cpu(own / messages, receiver / messages, max(busy - own - receiver, 0.0) / messages,
-                   idle / (busy + idle) if busy + idle else None)  # fmt: skip
+                   idle / (busy + idle) if busy + idle else None, waited, receiver_waited)  # fmt: skip
+
+
+def _share(now: float | None, before: float | None, wall: float) -> float | None:
+    return None if now is None or before is None or wall <= 0 else max(now - before, 0.0) / wall
+
+
+def _waited() -> float | None:
+    """Seconds this process's threads have spent ready to run while every core was taken (the
+    second field of Linux's /proc/<pid>/task/<tid>/schedstat), None elsewhere. A thread that ended
+    takes its share with it, so this counts over a phase whose threads live through it."""
+    try:
+        return (
+            sum(int(path.read_text().split()[1]) for path in Path("/proc/self/task").glob("*/schedstat"))
+            / 1e9
+        )
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _machine() -> tuple[float, float] | None:
@@ -539,7 +568,8 @@ def _machine() -> tuple[float, float] | None:
 
 
 def _cpu_text(drains: list[Cpu], plains: list[Cpu]) -> str:
-    """The medians of a case's drains and plain runs: CPU in µs a message, the machine's idle share."""
+    """The medians of a case's drains and plain runs: CPU in µs a message, the machine's idle share,
+    and the share of the time the measuring process and the receiver waited for a core."""
 
     def median(values: list[float | None], scale: float) -> str:
         known = [value for value in values if value is not None]
@@ -556,6 +586,15 @@ def _cpu_text(drains: list[Cpu], plains: list[Cpu]) -> str:
         rest = median([c.rest for c in drains], 1e6)
         idle, plain_idle = median([c.idle for c in drains], 100), median([c.idle for c in plains], 100)
         text += f", the rest of the machine {rest} µs; the machine {idle} % idle (plain's {plain_idle} %)"
+    if all(c.waited is not None and c.receiver_waited is not None for c in (*drains, *plains)):
+        waited = median([c.waited for c in drains], 100)
+        plain_waited = median([c.waited for c in plains], 100)
+        receiver_waited = median([c.receiver_waited for c in drains], 100)
+        plain_receiver_waited = median([c.receiver_waited for c in plains], 100)
+        text += (
+            f"; waiting for a core {waited} % of the time (plain {plain_waited} %), "
+            f"the receiver {receiver_waited} % (plain's {plain_receiver_waited} %)"
+        )
     return text
 
 

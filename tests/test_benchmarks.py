@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -173,7 +174,8 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
     posted: the scenario checks it itself) and prints per case both rates, the ratio of the best,
     each round's ratio and their median, how full the worker held the caps (on average, never past
     them), both sides' CPU time a message and the receiver's beside each, the rest of the machine's
-    and its idle share (read from /proc/stat), and the drain's turns (at least one; fewer than its
+    and its idle share (read from /proc/stat), how long the measuring process and the receiver
+    waited for a core (schedstat), and the drain's turns (at least one; fewer than its
     deliveries, which share commits)."""
     from benchmarks import delivery
 
@@ -201,9 +203,16 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
         plain_receiver = float(line.split("(plain's ")[1].split(")")[0])
         assert receiver > 0 and plain_receiver > 0
         rest = float(line.split("the rest of the machine ")[1].split(" µs")[0])
-        idle = float(line.split("the machine ")[-1].split(" % idle")[0])
-        plain_idle = float(line.split("(plain's ")[-1].split(" %)")[0])
-        assert rest >= 0 and 0 <= idle <= 100 and 0 <= plain_idle <= 100
+        idles = re.search(r"the machine (\d+) % idle \(plain's (\d+) %\)", line)
+        assert idles is not None, line
+        assert rest >= 0 and all(0 <= int(share) <= 100 for share in idles.groups())
+        # How long each process stood ready while both cores were taken (Linux's schedstat).
+        waits = re.search(
+            r"waiting for a core (\d+) % of the time \(plain (\d+) %\), the receiver (\d+) % \(plain's (\d+) %\)",
+            line,
+        )
+        assert waits is not None, line
+        assert all(0 <= int(share) <= 100 for share in waits.groups())
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
