@@ -23,7 +23,7 @@ instructions ran in (the interpreter, uvloop, aiohttp's parser, asyncpg, libc...
 ``--bytecodes`` says which Python code the instructions went to, which callgrind cannot: with no
 valgrind, it counts the interpreter's bytecodes a message in each function over the same measured
 phase (``sys.settrace`` opcode events), and prints them by package or module and the functions
-that run the most. Traced, the process runs some hundred times slower, so the drain's turns are
+that run the most (``--top N`` of each, 15 by default). Traced, the process runs some hundred times slower, so the drain's turns are
 smaller still.
 
 Under callgrind the measured process runs some fifty times slower while the receiver and the
@@ -211,7 +211,9 @@ async def measure_drain(base: str, count: int, concurrency: int, database_url: s
     return f"{count} deliveries in {commits[0]} turns"
 
 
-def measure(part: str, base: str, count: int, concurrency: int, database_url: str, bytecodes: bool) -> int:
+def measure(
+    part: str, base: str, count: int, concurrency: int, database_url: str, bytecodes: bool, top: int = 15
+) -> int:
     """One part in this process: counted by the callgrind running it or, with ``bytecodes``, traced."""
     from service import collector, eventloop
 
@@ -228,7 +230,7 @@ def measure(part: str, base: str, count: int, concurrency: int, database_url: st
     async def main() -> int:
         print(await run)
         if bytecodes:
-            print("\n".join(traced.report(count)))
+            print("\n".join(traced.report(count, top)))
         return 0
 
     return eventloop.run(main())
@@ -281,7 +283,7 @@ def _measured(part: str, base: str, args: argparse.Namespace, database_url: str,
     command = [
         *under, python, "-m", "benchmarks.instructions", "--measure", part, "--base", base,
         "--count", str(args.count), "--concurrency", str(args.concurrency), "--database-url", database_url,
-        *(["--bytecodes"] if bytecodes else []),
+        *(["--bytecodes", "--top", str(args.top)] if bytecodes else []),
     ]  # fmt: skip
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if finished.returncode:
@@ -329,12 +331,15 @@ def main(argv: list[str] | None = None) -> int:
         "--bytecodes", action="store_true",
         help="instead: the interpreter's bytecodes a message, by package and function (no valgrind)",
     )  # fmt: skip
+    parser.add_argument(
+        "--top", type=int, default=15, help="with --bytecodes: how many places and functions each part lists"
+    )
     parser.add_argument("--measure", choices=PARTS, help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
         return measure(
-            args.measure, args.base, args.count, args.concurrency, args.database_url, args.bytecodes
+            args.measure, args.base, args.count, args.concurrency, args.database_url, args.bytecodes, args.top
         )
     if args.bytecodes:
         return traced_parts(args)

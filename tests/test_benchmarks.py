@@ -265,11 +265,11 @@ def test_instruction_benchmark_counts_each_part_under_callgrind() -> None:
 @pytest.mark.slow
 def test_instruction_benchmark_traces_the_bytecodes_of_each_part() -> None:
     """`python -m benchmarks.instructions --bytecodes` (no valgrind) prints each part's bytecodes a
-    message, by package or module and by function: the drain runs more of them than the plain client,
-    the worker's own loop among them."""
+    message, by package or module and by function, as many of each as ``--top`` asks: the drain runs
+    more of them than the plain client, the worker's own loop among them."""
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.instructions", "--bytecodes", "--count", "50",
-         "--concurrency", "4", "--parts", "plain", "drain"],
+         "--concurrency", "4", "--parts", "plain", "drain", "--top", "25"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stdout + completed.stderr
@@ -288,4 +288,6 @@ def test_instruction_benchmark_traces_the_bytecodes_of_each_part() -> None:
     drained = lines[heads[1] + 2 :]
     places = [line.split()[-1] for line in drained[: drained.index("            the busiest functions:")]]
     assert "aiohttp" in places and "service/webhooks/worker.py" in places
+    # --top 25: as many of the busiest functions as asked for (a drain runs far more than 25).
+    assert len(drained) - len(places) - 1 == 25 and len(places) <= 25
     assert any("service/webhooks/worker.py:" in line and " _send" in line for line in drained)
