@@ -54,3 +54,16 @@ def test_fifty_hanging_partners_leave_room_for_a_healthy_one(tmp_path: Path) -> 
             assert held
         finally:
             kill(server)
+
+
+def test_the_threat_model_names_the_workers_own_default_of_attempts_in_flight() -> None:
+    """docs/threat-model.md tells operators how many attempts a worker has in flight by default: the
+    figure is the worker's own (``CONCURRENCY``), for ``serve`` and ``python -m service worker``."""
+    import re
+
+    from service.webhooks.worker import CONCURRENCY
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "threat-model.md").read_text()
+    stated = re.search(r"flight \((\d+) by default, as in `serve`; `worker --concurrency`\)", text)
+    assert stated is not None, "the threat model no longer states the default"
+    assert int(stated.group(1)) == CONCURRENCY
