@@ -23,8 +23,8 @@ instructions ran in (the interpreter, uvloop, aiohttp's parser, asyncpg, libc...
 ``--bytecodes`` says which Python code the instructions went to, which callgrind cannot: with no
 valgrind, it counts the interpreter's bytecodes a message in each function over the same measured
 phase (``sys.settrace`` opcode events), and prints them by package or module and the functions
-that run the most (``--top N`` of each, 15 by default). Traced, the process runs some hundred times slower, so the drain's turns are
-smaller still.
+that run the most (``--top N`` of each, 15 by default). Traced, the process runs some hundred
+times slower, so the drain's turns are smaller still.
 
 Under callgrind the measured process runs some fifty times slower while the receiver and the
 database do not, so the worker's turns are shorter and more numerous than at full speed; the drain
