@@ -65,9 +65,9 @@ async def _claimed(engine: Any, clock: Any, partner: str, count: int) -> list[Jo
 
 async def _recorded(engine: Any, records: list[Settlement], statement: str | tuple[str, ...]) -> list[bool]:
     """``settle.record`` the records in one transaction; for each statement it ran that starts
-    with ``statement`` (or one of them), whether the driver ran it row by row (executemany). A COPY, which goes to
-    asyncpg's connection directly, not through SQLAlchemy, counts as one statement, ``COPY
-    <table>``."""
+    with ``statement`` (or one of them), whether the driver ran it row by row (executemany). A
+    COPY, which goes to asyncpg's connection directly, not through SQLAlchemy, counts as one
+    statement, ``COPY <table>``."""
     from unittest import mock
 
     import asyncpg

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import (
@@ -275,24 +275,18 @@ def _log_row(record: Settlement, started_at: Any) -> tuple[Any, ...]:
 
 
 async def _log(conn: AsyncConnection, records: Sequence[Settlement]) -> None:
-    """Write the attempts' log rows: one COPY on PostgreSQL, one INSERT on SQLite (its start time
-    as text the way the column's own type stores it)."""
+    """Write the attempts' log rows, their start times as the column's own type stores them: one
+    COPY on PostgreSQL, one INSERT on SQLite."""
+    stored = delivery_attempts.c.started_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
+    assert stored is not None  # UTCDateTime: naive UTC (SQLite's DATETIME text)
+    rows = [_log_row(record, stored(record.started_at)) for record in records]
     if conn.dialect.name == "postgresql":
         driver = (await conn.get_raw_connection()).driver_connection
         if driver is None or not driver.is_in_transaction():  # would commit on its own
             raise RuntimeError("the attempt log is written in the caller's transaction, once it began")
-        rows = [_log_row(record, _naive_utc(record.started_at)) for record in records]
         await driver.copy_records_to_table(delivery_attempts.name, records=rows, columns=_LOGGED)
-        return
-    stored = delivery_attempts.c.started_at.type.dialect_impl(conn.dialect).bind_processor(conn.dialect)
-    assert stored is not None  # UTCDateTime: naive UTC, as SQLite's DATETIME text
-    rows = [_log_row(record, stored(record.started_at)) for record in records]
-    await conn.execute(_LOG_SQLITE, {"b_rows": json.dumps(rows)})
-
-
-def _naive_utc(moment: datetime) -> datetime:
-    """An aware time as the column stores it (``UTCDateTime``), for a write that bypasses its type."""
-    return moment.astimezone(UTC).replace(tzinfo=None)
+    else:
+        await conn.execute(_LOG_SQLITE, {"b_rows": json.dumps(rows)})
 
 
 def _outcome_row(record: Settlement, stamp: Callable[[datetime], Any]) -> tuple[Any, ...]:
