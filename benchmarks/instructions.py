@@ -14,6 +14,7 @@ database that run at full speed outside it:
 
     python -m benchmarks.instructions [--count 2000] [--concurrency 16] [--parts plain send drain]
                                       [--database-url postgresql://user@host/db] [--objects]
+                                      [--bytecodes [--top N] | --cpu [--rounds 3]]
 
 It prints each part's instructions a message and their ratio to the plain client's. On PostgreSQL
 the drain counts the worker's process only (the database's work is another process's, on another
@@ -25,6 +26,14 @@ valgrind, it counts the interpreter's bytecodes a message in each function over 
 phase (``sys.settrace`` opcode events), and prints them by package or module and the functions
 that run the most (``--top N`` of each, 15 by default). Traced, the process runs some hundred
 times slower, so the drain's turns are smaller still.
+
+``--cpu`` runs each part at full speed instead, in a process of its own, and reads the CPU time
+and the wall-clock time of its measured phase: CPU a message, messages a second, and how much of
+the phase the process was running (the rest it waited: for a core, for the receiver, for the
+database; on SQLite the database's thread runs in it too). The parts alternate for ``--rounds``
+rounds and the medians are printed, with each part's rate against the plain client's. It answers
+how much of the gap between the plain client and the drain the sender alone (signing, its checks
+on the answer) holds, and how much the claims and the log add, in time rather than instructions.
 
 Under callgrind the measured process runs some fifty times slower while the receiver and the
 database do not, so the worker's turns are shorter and more numerous than at full speed; the drain
@@ -38,6 +47,7 @@ import asyncio
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -116,6 +126,19 @@ class Bytecodes:
         lines.append("            the busiest functions:")
         lines += [f"{ran / count:10,.1f}  {name}" for name, ran in functions.most_common(top)]
         return lines
+
+
+class CpuTime:
+    """This process's CPU time and the wall-clock time over the measured phase."""
+
+    cpu = wall = 0.0
+
+    def __enter__(self) -> CpuTime:
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cpu, self.wall = time.process_time() - self._cpu, time.perf_counter() - self._wall
 
 
 def _file(filename: str) -> str:
@@ -212,14 +235,22 @@ async def measure_drain(base: str, count: int, concurrency: int, database_url: s
 
 
 def measure(
-    part: str, base: str, count: int, concurrency: int, database_url: str, bytecodes: bool, top: int = 15
+    part: str,
+    base: str,
+    count: int,
+    concurrency: int,
+    database_url: str,
+    bytecodes: bool,
+    top: int = 15,
+    cpu: bool = False,
 ) -> int:
-    """One part in this process: counted by the callgrind running it or, with ``bytecodes``, traced."""
+    """One part in this process: counted by the callgrind running it or, with ``bytecodes``, traced,
+    or with ``cpu``, timed."""
     from service import collector, eventloop
 
     collector.tune()
-    traced = Bytecodes()
-    meter: Meter = (lambda: traced) if bytecodes else Counting
+    traced, timed = Bytecodes(), CpuTime()
+    meter: Meter = (lambda: traced) if bytecodes else (lambda: timed) if cpu else Counting
     if part == "plain":
         run = measure_plain(base, count, concurrency, meter)
     elif part == "send":
@@ -231,6 +262,8 @@ def measure(
         print(await run)
         if bytecodes:
             print("\n".join(traced.report(count, top)))
+        if cpu:
+            print(f"cpu {timed.cpu!r} wall {timed.wall!r}")
         return 0
 
     return eventloop.run(main())
@@ -277,13 +310,13 @@ def _named(objects: dict[str, str], spec: str) -> str:
 
 
 def _measured(part: str, base: str, args: argparse.Namespace, database_url: str, *, under: list[str],
-              bytecodes: bool = False) -> list[str]:  # fmt: skip
-    """Run ``part`` in a process of its own (``under`` callgrind, or traced): what it printed."""
+              bytecodes: bool = False, cpu: bool = False) -> list[str]:  # fmt: skip
+    """Run ``part`` in a process of its own (``under`` callgrind, traced or timed): what it printed."""
     python = str(Path(sys.executable).absolute())  # the venv's, so its packages come along
     command = [
         *under, python, "-m", "benchmarks.instructions", "--measure", part, "--base", base,
         "--count", str(args.count), "--concurrency", str(args.concurrency), "--database-url", database_url,
-        *(["--bytecodes", "--top", str(args.top)] if bytecodes else []),
+        *(["--bytecodes", "--top", str(args.top)] if bytecodes else []), *(["--cpu"] if cpu else []),
     ]  # fmt: skip
     finished = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     if finished.returncode:
@@ -319,6 +352,34 @@ def traced_parts(args: argparse.Namespace) -> int:
     return 0
 
 
+def timed_parts(args: argparse.Namespace) -> int:
+    """Each part at full speed in a process of its own, the parts alternating for ``args.rounds``
+    rounds: the medians of CPU a message, messages a second and the share of the phase running."""
+    from benchmarks.servers import free_port
+
+    timed: dict[str, list[tuple[float, float]]] = {part: [] for part in args.parts}
+    with tempfile.TemporaryDirectory() as scratch, receiver(free_port()) as base:
+        database_url = args.database_url or f"sqlite:///{Path(scratch) / 'bench.db'}"
+        backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+        for _ in range(args.rounds):
+            for part in args.parts:
+                *_, last = _measured(part, base, args, database_url, under=[], cpu=True)
+                _, cpu, _, wall = last.split()
+                timed[part].append((float(cpu), float(wall)))
+    print(f"CPU a message at full speed: {args.count} messages at {args.concurrency} connections (the drain: "
+          f"one partner at cap {args.concurrency}, {backend}), medians of {args.rounds} rounds")  # fmt: skip
+    plain_rate = None
+    for part, rounds in timed.items():
+        each = statistics.median(cpu for cpu, _ in rounds) / args.count
+        rate = statistics.median(args.count / wall for _, wall in rounds)
+        running = statistics.median(cpu / wall for cpu, wall in rounds)
+        plain_rate = rate if part == "plain" else plain_rate
+        ratio = f", {part} ÷ plain {rate / plain_rate:4.2f}" if plain_rate and part != "plain" else ""
+        print(f"  {part:6s} {each * 1e6:6.0f} µs CPU a message, {rate:8,.0f}/s{ratio}; "
+              f"running {running:.0%} of the time")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.instructions", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
@@ -334,15 +395,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--top", type=int, default=15, help="with --bytecodes: how many places and functions each part lists"
     )
+    parser.add_argument(
+        "--cpu", action="store_true",
+        help="instead: each part at full speed, its CPU a message and messages a second (no valgrind)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=3, help="with --cpu: rounds, the parts alternating")
     parser.add_argument("--measure", choices=PARTS, help=argparse.SUPPRESS)
     parser.add_argument("--base", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.measure:
-        return measure(
-            args.measure, args.base, args.count, args.concurrency, args.database_url, args.bytecodes, args.top
-        )
+        return measure(args.measure, args.base, args.count, args.concurrency, args.database_url,
+                       args.bytecodes, args.top, args.cpu)  # fmt: skip
     if args.bytecodes:
         return traced_parts(args)
+    if args.cpu:
+        return timed_parts(args)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2

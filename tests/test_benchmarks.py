@@ -291,3 +291,40 @@ def test_instruction_benchmark_traces_the_bytecodes_of_each_part() -> None:
     # --top 25: as many of the busiest functions as asked for (a drain runs far more than 25).
     assert len(drained) - len(places) - 1 == 25 and len(places) <= 25
     assert any("service/webhooks/worker.py:" in line and " _send" in line for line in drained)
+
+
+@pytest.mark.slow
+def test_instruction_benchmark_times_each_part_at_full_speed() -> None:
+    """`python -m benchmarks.instructions --cpu` runs each part at full speed in a process of its own,
+    the parts alternating for --rounds rounds, and prints the medians of its CPU a message, its rate
+    and its share of the time running, with each part's rate against the plain client's."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.instructions", "--cpu", "--count", "60", "--concurrency", "4",
+         "--rounds", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = completed.stdout.splitlines()
+    assert lines[0] == (
+        "CPU a message at full speed: 60 messages at 4 connections "
+        "(the drain: one partner at cap 4, SQLite), medians of 2 rounds"
+    )
+    pattern = re.compile(
+        r"  (\w+) +(\d+) µs CPU a message, +([\d,]+)/s(?:, (\w+) ÷ plain (\d+\.\d\d))?; running (\d+)% of the time"
+    )
+    found = [pattern.fullmatch(line) for line in lines[1:]]
+    assert all(found), lines
+    rows = {match[1]: match for match in found if match}
+    assert list(rows) == ["plain", "send", "drain"]
+    assert rows["plain"][4] is None
+    rate = {part: float(match[3].replace(",", "")) for part, match in rows.items()}
+    for part in ("send", "drain"):
+        assert rows[part][4] == part
+        assert float(rows[part][5]) == pytest.approx(rate[part] / rate["plain"], abs=0.02)
+    # The sender signs what the plain client sent ready-signed, and the drain also claims and logs
+    # every delivery in SQLite, in this process: each costs more CPU a message than the one before.
+    cpu = {part: int(match[2]) for part, match in rows.items()}
+    assert 0 < cpu["plain"] < cpu["drain"] and cpu["send"] < cpu["drain"]
+    # On SQLite the drain's database thread runs beside its event loop, and may add to its share.
+    assert all(int(match[6]) > 0 for match in rows.values())
+    assert int(rows["plain"][6]) <= 100 and int(rows["send"][6]) <= 100
