@@ -369,19 +369,20 @@ async def beside_hanging(
     """A burst of ``events`` to a healthy partner (default cap) and ``hanging`` partners that never
     answer (default timeout), all subscribed to everything; the healthy partner's view. ``paused``:
     the control, the other partners paused, so their deliveries are in the table but never sent."""
+    from service.db import tables
     from service.keyring import parse_keys
     from service.webhooks import partners
 
     engine, settings = await setup(database_url, base)
     keyring = parse_keys(BENCH_SECRETS_KEY)
     async with engine.begin() as conn:  # type: ignore[attr-defined]
-        await conn.execute(partners.partners.update().values(max_in_flight=None))  # the default cap
+        await conn.execute(tables.partners.update().values(max_in_flight=None))  # the default cap
         for n in range(hanging):
             new = partners.NewPartner(name=f"hanging {n}", url=f"{base}/hang/{n}", events=None)
             await partners.create_partner(conn, new, now=_now(), keyring=keyring)
         if paused:
-            hanging_ones = partners.partners.c.name.like("hanging %")
-            await conn.execute(partners.partners.update().where(hanging_ones).values(status="paused"))
+            hanging_ones = tables.partners.c.name.like("hanging %")
+            await conn.execute(tables.partners.update().where(hanging_ones).values(status="paused"))
     worker = _worker(engine, settings)
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
@@ -448,6 +449,7 @@ async def capped_rate(
     from sqlalchemy import event as orm_event
     from sqlalchemy import func, select
 
+    from service.db import tables
     from service.db.tables import delivery_attempts
     from service.keyring import parse_keys
     from service.webhooks import partners
@@ -455,9 +457,7 @@ async def capped_rate(
     engine, settings = await setup(database_url, base)
     try:
         async with engine.begin() as conn:  # type: ignore[attr-defined]
-            await conn.execute(
-                partners.partners.update().values(max_in_flight=case.cap, url=f"{base}/hook/0")
-            )
+            await conn.execute(tables.partners.update().values(max_in_flight=case.cap, url=f"{base}/hook/0"))
             for n in range(1, case.partners):
                 new = partners.NewPartner(
                     name=f"bench {n}", url=f"{base}/hook/{n}", events=None, max_in_flight=case.cap
@@ -653,8 +653,8 @@ async def burst_rate(
     ``batch`` at a time, or not at all for 0): the worker's start to the last event's arrival."""
     from sqlalchemy import func, select
 
+    from service.db import tables
     from service.db.tables import deliveries
-    from service.webhooks import partners
     from service.webhooks.batching import BatchPolicy
 
     engine, settings = await setup(database_url, base)
@@ -662,7 +662,7 @@ async def burst_rate(
         if batch:
             policy = BatchPolicy(("room.trending",), max_events=batch, max_wait=5.0)
             async with engine.begin() as conn:  # type: ignore[attr-defined]
-                await conn.execute(partners.partners.update().values(batch=policy.dumps()))
+                await conn.execute(tables.partners.update().values(batch=policy.dumps()))
         await backlog(engine, events, prefix=f"burst{batch}")
         await session.post(f"{base}/reset")
         worker = _worker(engine, settings, concurrency)
