@@ -90,6 +90,20 @@ def is_admin_path(path: str) -> bool:
     return path == PREFIX or path.startswith(PREFIX + "/")
 
 
+def tokens_match(given: str, expected: str) -> bool:
+    """Whether a token a client sent is the expected one, in constant time whatever it holds.
+
+    Compared as bytes. A header's bytes that are not UTF-8 reach the service as surrogate escapes
+    (b"\\x80" as "\\udc80"), and a form part in another charset can decode to a lone surrogate:
+    each is kept as bytes of its own (``surrogatepass``), so such a token is a wrong token like any
+    other instead of an error."""
+    return hmac.compare_digest(_as_bytes(given), _as_bytes(expected))
+
+
+def _as_bytes(token: str) -> bytes:
+    return token.encode("utf-8", "surrogatepass")
+
+
 def _bearer(request: Request) -> str | None:
     """The bearer token the request carries; None when it carries no credentials at all."""
     scheme, _, given = (request.headers.get("authorization") or "").partition(" ")
@@ -111,8 +125,7 @@ async def check_token(request: Request) -> None:
     if not expected:
         raise NotFound()
     given = _bearer(request)
-    # compare_digest on bytes: constant time whatever the token holds.
-    if given is not None and hmac.compare_digest(given.encode(), expected.encode()):
+    if given is not None and tokens_match(given, expected):
         request.ctx.admin = True
         return
     challenge = {"WWW-Authenticate": 'Bearer realm="admin"'}

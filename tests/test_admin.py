@@ -32,7 +32,10 @@ PROBES = [
 
 def _send(client, method, path, headers=None):
     return client.request(
-        method, path, content=b'{"name": "x"}', headers={"content-type": "application/json", **(headers or {})}
+        method,
+        path,
+        content=b'{"name": "x"}',
+        headers={"content-type": "application/json", **(headers or {})},
     )
 
 
@@ -279,3 +282,24 @@ def test_an_unreachable_rate_limit_store_refuses_admin_requests(make_client, cap
         {"ok": False, "message": "The service is briefly unavailable; try again shortly."},
     )
     assert "admin authentication could not be counted" in [record.getMessage() for record in caplog.records]
+
+
+# Header bytes that are not UTF-8 reach the guard as surrogate escapes (b"\x80" as "\udc80").
+NOT_UTF8 = [b"Bearer \x80", b"Bearer \xff\xfe", b"Bearer " + TOKEN.encode() + b"\x80", b"Bearer \xed\xa0\x80"]
+
+
+@pytest.mark.parametrize("authorization", NOT_UTF8)
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/admin/waitlist"), *PROBES[:4], ("PUT", "/admin/partners")]
+)
+def test_a_token_that_is_not_utf8_is_a_wrong_token(make_client, authorization, method, path):
+    """A bearer token that is not UTF-8 is a wrong token like any other, on real and unknown routes
+    alike: 401 with the challenge, counted by the throttle, never a 500 that tells routes apart."""
+    with make_client(admin_token=TOKEN) as client:
+        response = _send(client, method, path, {"authorization": authorization})
+        assert (response.status_code, response.json) == (401, UNAUTHORIZED)
+        assert response.headers["www-authenticate"] == 'Bearer realm="admin"'
+        for _ in range(10):
+            _send(client, "GET", "/admin/waitlist", {"authorization": authorization})
+        throttled = _send(client, "GET", "/admin/waitlist", {"authorization": authorization})
+    assert (throttled.status_code, throttled.json) == (429, TOO_MANY)
