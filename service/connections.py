@@ -27,7 +27,7 @@ import time
 from typing import Any
 
 from sanic import Request
-from sanic.exceptions import BadRequest
+from sanic.exceptions import BadRequest, BadURL
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from service.framing import framing_fault
@@ -159,7 +159,15 @@ class GuardedRequest(Request):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        try:
+            super().__init__(*args, **kwargs)
+        except BadURL:
+            if kwargs.get("head"):
+                raise  # a request whose target is no URL: 400, through the empty request below
+            # The empty request Sanic makes to answer that 400 carries the same target, which would
+            # fail again and leave the connection without an answer (Sanic 25.12): it is made for
+            # the target "*", as when no target was read at all.
+            super().__init__(*args, **{**kwargs, "url_bytes": b"*"})
         if not self.head:
             return  # the empty request Sanic makes to answer an error: nothing was read
         protocol = self.transport.get_protocol() if self.transport is not None else None

@@ -123,10 +123,24 @@ def test_well_formed_requests_share_a_connection(port: int) -> None:
     assert [status for status, _ in exchange(port, first + last)] == [200, 200]
 
 
+# Request targets the URL parser refuses: a path without its leading slash, a bare query, and
+# control bytes in the query.
+BAD_TARGETS = [b"healthz", b"?a", b"/healthz?\x00", b"/healthz?\x7f"]
+
+
+@pytest.mark.parametrize("target", BAD_TARGETS)
+def test_a_request_target_that_is_no_url_is_400(port: int, target: bytes) -> None:
+    """A request line whose target cannot be parsed is answered 400 and the connection closed, as
+    any other request the server cannot read: never a connection dropped without an answer."""
+    assert refused(exchange(port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED))
+
+
 def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
     """Every refusal above is the client's fault: the server's log holds no ERROR line."""
     port, log = served
     exchange(port, b"GET / HTTP/1.1\r\nHost : x\r\n\r\n")
+    for target in BAD_TARGETS:
+        exchange(port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n")
     errors = [line for line in log.read_text().splitlines() if '"level": "error"' in line]
     assert errors == []
 
