@@ -54,10 +54,29 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(document, ensure_ascii=False, default=str)
 
 
+class ClientFaults(logging.Filter):
+    """Sanic's ERROR lines that only say what a client sent, written as INFO without a traceback.
+
+    Anyone could otherwise fill the error log and page the operator: a GET carrying a body the
+    route never reads ("<Request: GET /healthz> body not consumed.") and a form that cannot be
+    parsed (its charset or encoding). The request is answered as it was; only the line's level
+    changes, and the error's class stays on it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.endswith(" body not consumed.") or message == "Failed when parsing form":
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            if record.exc_info and record.exc_info[0] is not None:
+                record.error = record.exc_info[0].__name__
+            record.exc_info = record.exc_text = None
+        return True
+
+
 def config(level: str = "INFO") -> dict[str, Any]:
     handler = {"class": "logging.StreamHandler", "formatter": "json", "stream": "ext://sys.stderr"}
     loggers = ("sanic.root", "sanic.error", "sanic.access", "sanic.server", "sanic.websockets", "service")
     configured = {name: {"level": level, "handlers": ["json"], "propagate": False} for name in loggers}
+    configured["sanic.error"]["filters"] = ["client_faults"]
     # Database drivers log every statement's parameters at DEBUG, partner secrets included: they
     # are held at WARNING whatever level the service runs at.
     for noisy in ("aiosqlite", "asyncpg", "sqlalchemy", "aiohttp"):
@@ -66,6 +85,7 @@ def config(level: str = "INFO") -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": JSONFormatter}},
+        "filters": {"client_faults": {"()": ClientFaults}},
         "handlers": {"json": handler},
         "loggers": configured,
     }

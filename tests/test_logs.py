@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 
 import pytest
 
-from service.logs import JSONFormatter, mask
+from service.logs import ClientFaults, JSONFormatter, config, mask
 
 
 @pytest.mark.parametrize(
@@ -62,3 +63,30 @@ def test_exception_is_logged_with_its_class():
         line = _format("failed", exc=error)
     assert line["error"] == "ValueError"
     assert "a***@example.com" in line["traceback"] and "ada@example.com" not in line["traceback"]
+
+
+def test_sanics_error_lines_about_what_a_client_sent_are_info():
+    """Sanic's ERROR lines that only describe a client's request (a body a GET route never read, a
+    form it could not parse) are written at INFO with the error's class and no traceback; its other
+    ERROR lines stay errors. The configuration puts the filter on Sanic's error logger."""
+    assert config()["loggers"]["sanic.error"]["filters"] == ["client_faults"]
+    assert config()["filters"]["client_faults"] == {"()": ClientFaults}
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(JSONFormatter())
+    errors = logging.Logger("sanic.error")  # not the global one: other tests' logging stays as it is
+    errors.addHandler(handler)
+    errors.addFilter(ClientFaults())
+    errors.error("<Request: GET /healthz> body not consumed.")
+    try:
+        b"\xff".decode("utf-8")
+    except UnicodeDecodeError:
+        errors.exception("Failed when parsing form")
+    errors.error("Experienced exception while trying to serve")
+    lines = [json.loads(line) for line in written.getvalue().splitlines()]
+    assert [(line["level"], line["message"]) for line in lines] == [
+        ("info", "<Request: GET /healthz> body not consumed."),
+        ("info", "Failed when parsing form"),
+        ("error", "Experienced exception while trying to serve"),
+    ]
+    assert lines[1]["error"] == "UnicodeDecodeError" and "traceback" not in lines[1]
