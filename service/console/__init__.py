@@ -28,7 +28,11 @@ def create_blueprint(settings: Settings, clock: Clock) -> Blueprint:
     )
     bp = Blueprint("console", url_prefix=PATH, strict_slashes=False)
     guard(bp, console)
-    bp.static("/static", STATIC, name="static")
+    # Each of the package's own files at its own path, not the folder: any other name under
+    # /static/ (a NUL, a name too long for the file system, a directory, a way out) is then the
+    # not-found page below, never a file-system error answered 500 or taken for a storage fault.
+    for file in sorted(STATIC.iterdir()):
+        bp.static(f"/static/{file.name}", file, name=f"static_{file.stem}")
     for pages in (auth, overview, partners, deliveries, events, waitlist):
         pages.register(bp, console)
 

@@ -6,12 +6,12 @@ per-client throttle as the admin API's bearer tokens, so the form is no easier t
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import redirect
 
+from service.admin import tokens_match
 from service.console.pages import Console, forbidden, form
 from service.console.session import PATH, safe_next, same_origin
 from service.ratelimit import client_key
@@ -48,7 +48,7 @@ def register(bp: Blueprint, console: Console) -> None:
             )
             response.headers["Retry-After"] = str(wait)
             return response
-        if not hmac.compare_digest(given.encode(), expected.encode()):
+        if not tokens_match(given, expected):
             if await attempts.fail(client):
                 log.warning("console sign-in locked: too many failed attempts", extra={"client": client})
             return console.render(

@@ -12,7 +12,7 @@ from service.clock import format_timestamp
 from service.console.pages import Console, form
 from service.console.session import PATH
 from service.events import EVENT_MODELS, example_payload
-from service.exceptions import DomainError, InvalidInput
+from service.exceptions import DomainError, InvalidInput, invalid
 from service.ids import new_id
 
 
@@ -22,6 +22,23 @@ def example(kind: str, *, event_id: str, now: datetime) -> str:
     members = {name: value for name, value in example_payload(EVENT_MODELS[kind]).items() if name != "event"}
     members.update(eventId=event_id, occurredAt=format_timestamp(now))
     return json.dumps(members, indent=2, ensure_ascii=False)
+
+
+def _members(payload: str) -> dict[str, Any]:
+    """The payload field's JSON object; ``InvalidInput`` naming ``payload`` when it is not one, or
+    is JSON that Python will not read (a number past its digit limit, nesting past its recursion
+    limit), so every payload the operator can fix is the form again with the reason."""
+    try:
+        found = json.loads(payload)
+    except json.JSONDecodeError as error:
+        message = f"Not JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+        raise invalid("payload", "invalid_json", message) from None
+    except (ValueError, RecursionError):
+        message = "Not JSON this service reads: a number of too many digits, or nesting too deep."
+        raise invalid("payload", "invalid_json", message) from None
+    if not isinstance(found, dict):
+        raise invalid("payload", "invalid_json", "Must be a JSON object of the event's members.")
+    return found
 
 
 def register(bp: Blueprint, console: Console) -> None:
@@ -56,25 +73,7 @@ def register(bp: Blueprint, console: Console) -> None:
         kind = fields.get("event", "")
         payload = fields.get("payload", "")
         try:
-            members = json.loads(payload)
-        except json.JSONDecodeError as error:
-            return page(
-                request,
-                kind=kind,
-                payload=payload,
-                status=400,
-                errors=[("payload", f"Not JSON: {error.msg} (line {error.lineno}, column {error.colno}).")],
-            )
-        if not isinstance(members, dict):
-            return page(
-                request,
-                kind=kind,
-                payload=payload,
-                status=400,
-                errors=[("payload", "Must be a JSON object of the event's members.")],
-            )
-        try:
-            published = await console.operations(request).publish({**members, "event": kind})
+            published = await console.operations(request).publish({**_members(payload), "event": kind})
         except InvalidInput as error:
             return page(
                 request,

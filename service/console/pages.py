@@ -29,6 +29,7 @@ from service.exceptions import DomainError
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
+from service.text import readable, text_fault
 from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
@@ -51,12 +52,21 @@ def _when(moment: datetime | None) -> str:
     return format_timestamp(moment) if moment is not None else "—"
 
 
+def _shown(value: Any) -> Any:
+    """Text a page cannot carry (a refused form value echoed back: lone surrogates, NUL) shown
+    readable, so the page still encodes and the operator sees what to fix."""
+    if isinstance(value, str) and text_fault(value) is not None:
+        return readable(value)
+    return value
+
+
 def environment() -> Environment:
     env = Environment(
         loader=PackageLoader("service.console", "templates"),
         autoescape=True,  # every template, whatever its name
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_shown,  # every value a template prints
     )
     env.filters["when"] = _when
     env.globals["bars"] = charts.bars

@@ -23,11 +23,12 @@ RECENT = 10  # deliveries on a partner's page; the full list is a link away
 
 
 def _number(value: str | None) -> int | str | None:
-    """A form's whole number; what is not one goes through as given, for the operation to refuse."""
+    """A form's whole number in ASCII digits (``isdigit`` also passes digits like "²" that ``int``
+    cannot read); what is not one goes through as given, for the operation to refuse."""
     if value is None or not value.strip():
         return None
     value = value.strip()
-    return int(value) if value.isdigit() and len(value) < 10 else value
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 10 else value
 
 
 def _partner_body(request: Request, *, change: bool) -> dict[str, Any]:
@@ -137,12 +138,16 @@ def register(bp: Blueprint, console: Console) -> None:
 
     @bp.post("/partners/<partner_id:str>/edit")
     async def edit(request: Request, partner_id: str) -> HTTPResponse:
+        """The partner is read first, so a change to one that does not exist is the not-found page
+        whatever the form held, and a refused change shows the form over the partner as it is."""
         body = _partner_body(request, change=True)
         operations = console.operations(request)
         try:
-            await operations.update(partner_id, body)
-        except InvalidInput as error:
             shown = await operations.show_partner(partner_id)
+            await operations.update(partner_id, body)
+        except UnknownResource:
+            return console.not_found(request, "No partner has this id.")
+        except InvalidInput as error:
             return partner_form(request, partner=shown, values=body, errors=error.field_errors, status=400)
         except DomainError as error:
             return console.refused(request, error, back=f"{PARTNERS}/{partner_id}")

@@ -26,7 +26,9 @@ from cryptography.fernet import Fernet, InvalidToken
 from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
 from sanic import HTTPResponse, Request
 
+from service.admin import tokens_match
 from service.clock import Clock
+from service.text import text_fault
 
 COOKIE = "console_session"
 FLASH_COOKIE = "console_flash"
@@ -76,7 +78,7 @@ class Sessions:
             return None
         try:
             data = self._serializer.loads(value, max_age=SESSION_SECONDS)
-        except BadSignature:  # a forged, stale or old-token value
+        except (BadSignature, UnicodeEncodeError):  # a forged, stale or old-token value, or not text
             return None
         if not isinstance(data, dict) or not all(isinstance(data.get(key), str) for key in ("sid", "csrf")):
             return None
@@ -149,12 +151,15 @@ def same_origin(request: Request, base_url: str) -> bool:
 
 def csrf_matches(request: Request, session: Session) -> bool:
     given = request.form.get(CSRF_FIELD) if request.form else None
-    return isinstance(given, str) and hmac.compare_digest(given.encode(), session.csrf.encode())
+    return isinstance(given, str) and tokens_match(given, session.csrf)
 
 
 def safe_next(value: str | None) -> str:
-    """Where to go after signing in: a console path of this origin, else the overview."""
-    if not value or not value.startswith(PATH) or value.startswith("//") or "\\" in value:
+    """Where to go after signing in: a console path of this origin, else the overview (also for
+    text that is not valid Unicode, which no ``Location`` can carry)."""
+    if not value or text_fault(value) is not None:
+        return PATH
+    if not value.startswith(PATH) or value.startswith("//") or "\\" in value:
         return PATH
     parts = urlsplit(value)
     if parts.scheme or parts.netloc or not (parts.path == PATH or parts.path.startswith(PATH + "/")):

@@ -1,0 +1,243 @@
+"""The console facing hostile requests: bytes that are not text, numbers Python will not read, text
+that is not valid Unicode. Each is a client's mistake, answered in the console's own way (a sign-in
+redirect, 401, 403, the form again with its error, the HTML not-found page) and never 500."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from markupsafe import escape
+
+from service.text import NOT_UNICODE_MESSAGE
+from tests.test_console import ORIGIN, TOKEN, _csrf, _session, _sign_in
+
+BEARER = {"authorization": f"Bearer {TOKEN}"}
+BOUNDARY = "console-hostile"
+SURROGATE = b"+2AA-"  # '\ud800' in UTF-7: Sanic decodes the part to a lone surrogate
+
+
+def _multipart(fields: dict[str, bytes], *, utf7: tuple[str, ...] = ()) -> tuple[bytes, dict[str, str]]:
+    """A multipart/form-data body whose parts named in ``utf7`` say ``charset=utf-7``."""
+    body = b""
+    for name, value in fields.items():
+        body += f'--{BOUNDARY}\r\nContent-Disposition: form-data; name="{name}"\r\n'.encode()
+        if name in utf7:
+            body += b"Content-Type: text/plain; charset=utf-7\r\n"
+        body += b"\r\n" + value + b"\r\n"
+    body += f"--{BOUNDARY}--\r\n".encode()
+    return body, {**ORIGIN, "content-type": f"multipart/form-data; boundary={BOUNDARY}"}
+
+
+def _signed_in(client: Any) -> tuple[dict[str, str], str]:
+    """The session cookie and its CSRF token."""
+    cookies = _session(_sign_in(client))
+    return cookies, _csrf(client.get("/console/partners/new", cookies=cookies).text)
+
+
+def _partner(client: Any) -> str:
+    body = {"name": "Receiver", "url": "http://127.0.0.1:9/hook"}
+    made = client.post("/admin/partners", json=body, headers=BEARER)
+    assert made.status_code == 201, made.text
+    partner_id: str = made.json["id"]
+    return partner_id
+
+
+def _partners(client: Any) -> list[dict[str, Any]]:
+    listed: list[dict[str, Any]] = client.get("/admin/partners", headers=BEARER).json["partners"]
+    return listed
+
+
+def _html(response: Any) -> str:
+    assert response.headers["content-type"].startswith("text/html"), response.text
+    text: str = response.content.decode("utf-8")
+    return text
+
+
+@pytest.mark.parametrize("path", ["/console", "/console/partners", "/console/waitlist"])
+def test_a_session_cookie_that_is_not_text_is_no_session(make_client: Any, path: str) -> None:
+    """A cookie byte that is not UTF-8 cannot be a signed session: sign in, as without a cookie."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.get(path, headers={"cookie": b"console_session=\x80"})
+    assert response.status_code == 303
+    assert response.headers["location"].startswith("/console/login?next=")
+
+
+def test_a_token_that_is_not_unicode_is_a_wrong_token(make_client: Any) -> None:
+    """A sign-in token that is not valid Unicode is a wrong token: 401, counted against the throttle."""
+    body, headers = _multipart({"token": SURROGATE, "next": b"/console"}, utf7=("token",))
+    with make_client(admin_token=TOKEN) as client:
+        answers = [client.post("/console/login", content=body, headers=headers) for _ in range(10)]
+        refused = _sign_in(client)
+    assert [answer.status_code for answer in answers] == [401] * 10
+    assert "That is not the admin token." in _html(answers[0])
+    assert refused.status_code == 429
+
+
+def test_a_next_that_is_not_unicode_goes_to_the_overview(make_client: Any) -> None:
+    """The right token with a ``next`` no ``Location`` can carry: signed in, and on to the overview."""
+    body, headers = _multipart({"token": TOKEN.encode(), "next": b"/console/" + SURROGATE}, utf7=("next",))
+    with make_client(admin_token=TOKEN) as client:
+        response = client.post("/console/login", content=body, headers=headers)
+    assert (response.status_code, response.headers["location"]) == (303, "/console")
+    assert "console_session" in response.cookies
+
+
+@pytest.mark.parametrize("value", ["²", "٣", "1²"])
+def test_a_cap_that_is_not_an_ascii_number_is_a_field_error(make_client: Any, value: str) -> None:
+    """Digits Python calls digits but ``int`` will not read: the form again, the cap marked, nothing added."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, token = _signed_in(client)
+        form = {"csrf": token, "name": "Made", "url": "http://127.0.0.1:9/hook", "maxInFlight": value}
+        response = client.post("/console/partners", data=form, headers=ORIGIN, cookies=cookies)
+        listed = _partners(client)
+    assert response.status_code == 400
+    assert 'id="cap-error"' in _html(response)
+    assert listed == []
+
+
+def test_a_changed_cap_that_is_not_an_ascii_number_is_a_field_error(make_client: Any) -> None:
+    """Editing a partner with ``maxInFlight=²``: the edit form again with the cap marked, nothing changed."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        partner_id = _partner(client)
+        cookies, token = _signed_in(client)
+        form = {"csrf": token, "name": "Changed", "url": "http://127.0.0.1:9/hook", "maxInFlight": "²"}
+        response = client.post(
+            f"/console/partners/{partner_id}/edit", data=form, headers=ORIGIN, cookies=cookies
+        )
+        listed = _partners(client)
+    assert response.status_code == 400
+    assert 'id="cap-error"' in _html(response)
+    assert [partner["name"] for partner in listed] == ["Receiver"]
+
+
+def test_an_overlap_that_is_not_an_ascii_number_is_refused(make_client: Any) -> None:
+    """Rotating with ``overlapSeconds=²`` is refused as any bad number is, the field named; the secret stays."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        partner_id = _partner(client)
+        cookies, token = _signed_in(client)
+        bad = {"csrf": token, "overlapSeconds": "x"}
+        path = f"/console/partners/{partner_id}/rotate"
+        expected = client.post(path, data=bad, headers=ORIGIN, cookies=cookies)
+        response = client.post(path, data={**bad, "overlapSeconds": "²"}, headers=ORIGIN, cookies=cookies)
+        shown = client.get(f"/admin/partners/{partner_id}", headers=BEARER).json
+    assert expected.status_code == 400
+    assert response.status_code == 400
+    assert "<code>overlapSeconds</code>" in _html(response)
+    assert shown.get("previousSecretExpiresAt") is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    ['{"value": ' + "9" * 5000 + "}", "[" * 5000 + "]" * 5000, '{"a":' * 3000 + "1" + "}" * 3000],
+    ids=["long-number", "deep-array", "deep-object"],
+)
+def test_a_payload_json_cannot_read_is_a_payload_error(make_client: Any, payload: str) -> None:
+    """A number past Python's digit limit or nesting past its recursion limit: the form again, the
+    payload marked, the text kept for the operator to fix."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, token = _signed_in(client)
+        form = {"csrf": token, "event": "platform.milestone", "payload": payload}
+        response = client.post("/console/events", data=form, headers=ORIGIN, cookies=cookies)
+    page = _html(response)
+    assert response.status_code == 400
+    assert "<code>payload</code>" in page
+    assert str(escape(payload[:50])) in page
+
+
+def test_a_partner_name_that_is_not_unicode_is_refused_and_shown_safely(make_client: Any) -> None:
+    """The form again, the name marked as not valid Unicode and echoed readable; nothing added."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, token = _signed_in(client)
+        fields = {"csrf": token.encode(), "name": b"A" + SURROGATE, "url": b"http://127.0.0.1:9/hook"}
+        body, headers = _multipart(fields, utf7=("name",))
+        response = client.post("/console/partners", content=body, headers=headers, cookies=cookies)
+        listed = _partners(client)
+    page = _html(response)
+    assert response.status_code == 400
+    assert NOT_UNICODE_MESSAGE in page
+    assert 'value="A\ufffd"' in page
+    assert listed == []
+
+
+def test_a_replay_since_that_is_not_unicode_is_refused_and_shown_safely(make_client: Any) -> None:
+    """The deliveries page again with ``since`` marked; nothing replayed."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, token = _signed_in(client)
+        body, headers = _multipart({"csrf": token.encode(), "since": SURROGATE}, utf7=("since",))
+        response = client.post("/console/deliveries/replay", content=body, headers=headers, cookies=cookies)
+    page = _html(response)
+    assert response.status_code == 400
+    assert 'id="r-since-error"' in page
+
+
+def test_an_event_member_that_is_not_unicode_is_refused_and_shown_safely(make_client: Any) -> None:
+    """The publish form again with the fault named and the payload echoed readable; nothing published."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, token = _signed_in(client)
+        payload = b'{"milestone": "' + SURROGATE + b'", "value": 1}'
+        fields = {"csrf": token.encode(), "event": b"platform.milestone", "payload": payload}
+        body, headers = _multipart(fields, utf7=("payload",))
+        response = client.post("/console/events", content=body, headers=headers, cookies=cookies)
+    page = _html(response)
+    assert response.status_code == 400
+    assert NOT_UNICODE_MESSAGE in page
+    assert "\ufffd" in page
+
+
+@pytest.mark.parametrize(
+    ("path", "fields"),
+    [
+        ("/console/waitlist/erase", {"email": b"a@example.com", "confirm": b"yes"}),
+        ("/console/partners", {"name": b"Made", "url": b"http://127.0.0.1:9/hook"}),
+    ],
+)
+def test_a_csrf_token_that_is_not_unicode_is_a_wrong_one(
+    make_client: Any, path: str, fields: dict[str, bytes]
+) -> None:
+    """A CSRF field that is not valid Unicode cannot match the session's: 403, nothing changed."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, _ = _signed_in(client)
+        body, headers = _multipart({"csrf": SURROGATE, **fields}, utf7=("csrf",))
+        response = client.post(path, content=body, headers=headers, cookies=cookies)
+        listed = _partners(client)
+    assert response.status_code == 403
+    assert "nothing was changed" in _html(response)
+    assert listed == []
+
+
+def test_editing_a_partner_that_does_not_exist_is_the_html_not_found_page(make_client: Any) -> None:
+    """An invalid change to an unknown partner: the console's own 404 page, not the API's JSON."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, token = _signed_in(client)
+        form = {"csrf": token, "name": "", "url": "not a url", "maxInFlight": "x"}
+        response = client.post("/console/partners/ptn_nope/edit", data=form, headers=ORIGIN, cookies=cookies)
+    assert response.status_code == 404
+    assert "No partner has this id." in _html(response)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/console/static/console.css%00",
+        "/console/static/" + "a" * 300,
+        "/console/static/",
+        "/console/static/..%2f..%2fpages.py",
+        "/console/static/..%2f__init__.py",
+        "/console/static/console.css/",
+    ],
+)
+def test_a_static_path_that_names_no_file_is_the_not_found_page(
+    make_client: Any, caplog: pytest.LogCaptureFixture, path: str
+) -> None:
+    """Only the console's own files are served from /console/static/; any other name there (a NUL,
+    a name too long for the file system, a directory, a way out) is the HTML not-found page, with
+    nothing logged above INFO: never a 500, nor a 503 that reads as the storage failing."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.get(path)
+        served = client.get("/console/static/console.css")
+    assert response.status_code == 404
+    assert "Nothing is here" in _html(response) or "not found" in _html(response).lower()
+    assert served.status_code == 200 and served.headers["content-type"].startswith("text/css")
+    assert [record.getMessage() for record in caplog.records if record.levelno > logging.INFO] == []
