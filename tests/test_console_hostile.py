@@ -241,3 +241,21 @@ def test_a_static_path_that_names_no_file_is_the_not_found_page(
     assert "Nothing is here" in _html(response) or "not found" in _html(response).lower()
     assert served.status_code == 200 and served.headers["content-type"].startswith("text/css")
     assert [record.getMessage() for record in caplog.records if record.levelno > logging.INFO] == []
+
+
+def test_a_form_larger_than_the_body_limit_is_the_too_large_page(make_client: Any) -> None:
+    """A form over the service's 64 KiB body limit never arrives, CSRF token and all: the page says
+    it is too large (413) rather than taking it for a forged form (403), and nothing is published."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, csrf = _signed_in(client)
+        payload = '{"milestone": "' + "x" * 70_000 + '", "value": 1}'
+        response = client.post(
+            "/console/events",
+            data={"csrf": csrf, "event": "platform.milestone", "payload": payload},
+            headers=ORIGIN,
+            cookies=cookies,
+        )
+        listed = client.get("/admin/deliveries", headers=BEARER).json
+    assert response.status_code == 413
+    assert "larger than the service accepts" in _html(response)
+    assert listed["deliveries"] == []
