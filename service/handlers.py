@@ -24,8 +24,10 @@ _MESSAGES = {
     405: "This method is not allowed here.",
     408: "The request took too long to arrive.",
     413: "The request body is too large.",
+    414: "The request target is too long.",
     415: "Send application/json or application/x-www-form-urlencoded.",
     416: "The requested range cannot be served.",
+    431: "The request headers are too large.",
     503: "The service is briefly unavailable; try again shortly.",
 }
 _INTERNAL = "The server could not complete the request."
@@ -50,6 +52,10 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         headers = dict(exception.headers or {})
     elif isinstance(exception, SanicException) and 400 <= exception.status_code < 500:
         status = exception.status_code
+        if status == 413 and not request.head:
+            # Raised before a head was read (the request Sanic answers with has none): the head
+            # itself, request line and headers, was over Sanic's limit, not a body.
+            status = 431
         body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
         headers = dict(getattr(exception, "headers", None) or {})
     elif unavailable(exception):

@@ -4,6 +4,7 @@ server (``python -m service serve``)."""
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -133,6 +134,26 @@ def test_a_request_target_that_is_no_url_is_400(port: int, target: bytes) -> Non
     """A request line whose target cannot be parsed is answered 400 and the connection closed, as
     any other request the server cannot read: never a connection dropped without an answer."""
     assert refused(exchange(port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED))
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", id="one-big-header"),
+        pytest.param(b"GET /healthz?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", id="long-target"),
+    ],
+)
+def test_a_request_head_over_the_limit_is_431(port: int, raw: bytes) -> None:
+    """Headers (a request line among them) too large to read are 431 Request Header Fields Too
+    Large, with the service's own sentence, not 413, which says the body is too large."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(raw)
+        received = b""
+        while chunk := sock.recv(65536):
+            received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 431 "), head
+    assert json.loads(body) == {"ok": False, "message": "The request headers are too large."}
 
 
 def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
