@@ -40,7 +40,12 @@ def storable(value: str) -> str:
 def readable(text: str) -> str:
     """``text`` with every control character (NUL, escape sequences, line breaks) as U+FFFD, and
     any lone surrogate too: safe to store in either database and to print in a terminal."""
-    cleaned = text.translate(_CONTROLS)
-    if text_fault(cleaned) is None:
-        return cleaned
-    return "".join("\ufffd" if "\ud800" <= char <= "\udfff" else char for char in cleaned)
+    return unicode_only(text.translate(_CONTROLS))
+
+
+def unicode_only(text: str) -> str:
+    """``text`` with a NUL or a lone surrogate as U+FFFD and the rest as it was (line breaks
+    included): text UTF-8 can carry, for a page that shows back what a client sent."""
+    if text_fault(text) is None:
+        return text
+    return "".join("\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char for char in text)

@@ -176,14 +176,15 @@ def test_an_event_member_that_is_not_unicode_is_refused_and_shown_safely(make_cl
     """The publish form again with the fault named and the payload echoed readable; nothing published."""
     with make_client(admin_token=TOKEN) as client:
         cookies, token = _signed_in(client)
-        payload = b'{"milestone": "' + SURROGATE + b'", "value": 1}'
+        payload = b'{\n  "milestone": "' + SURROGATE + b'",\n  "value": 1\n}'
         fields = {"csrf": token.encode(), "event": b"platform.milestone", "payload": payload}
         body, headers = _multipart(fields, utf7=("payload",))
         response = client.post("/console/events", content=body, headers=headers, cookies=cookies)
     page = _html(response)
     assert response.status_code == 400
     assert NOT_UNICODE_MESSAGE in page
-    assert "\ufffd" in page
+    # Echoed with the surrogate as U+FFFD and its lines as the operator wrote them.
+    assert "{\n  &#34;milestone&#34;: &#34;\ufffd&#34;,\n  &#34;value&#34;: 1\n}" in page
 
 
 @pytest.mark.parametrize(

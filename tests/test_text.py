@@ -21,7 +21,7 @@ from webhook_helpers import (
 
 from service.app import create_app
 from service.settings import Settings
-from service.text import NOT_UNICODE_MESSAGE, NUL_MESSAGE, readable, text_fault
+from service.text import NOT_UNICODE_MESSAGE, NUL_MESSAGE, readable, text_fault, unicode_only
 from tests.conftest import Client
 
 URL = "http://127.0.0.1:9/hook"
@@ -30,7 +30,13 @@ LINKS = {"event": "room.links.updated", "slug": "s", "roomUrl": "https://launchr
 
 @pytest.mark.parametrize(
     ("value", "fault"),
-    [("plain", None), ("é 🐸", None), ("x\x00", NUL_MESSAGE), ("x\ud800", NOT_UNICODE_MESSAGE), ("\udfff", NOT_UNICODE_MESSAGE)],
+    [
+        ("plain", None),
+        ("é 🐸", None),
+        ("x\x00", NUL_MESSAGE),
+        ("x\ud800", NOT_UNICODE_MESSAGE),
+        ("\udfff", NOT_UNICODE_MESSAGE),
+    ],
 )
 def test_text_fault(value: str, fault: str | None) -> None:
     """NUL and lone surrogates are named; everything UTF-8 carries passes."""
@@ -81,11 +87,32 @@ def test_admin_text_that_cannot_be_stored_is_400(
 
 @pytest.mark.parametrize(
     ("text", "shown"),
-    [("ok", "ok"), ("é 🐸", "é 🐸"), ("a\x00b", "a\ufffdb"), ("\x1b[31mred\n", "\ufffd[31mred\ufffd"), ("\x85\x7f\ud800", "\ufffd" * 3)],
+    [
+        ("ok", "ok"),
+        ("é 🐸", "é 🐸"),
+        ("a\x00b", "a\ufffdb"),
+        ("\x1b[31mred\n", "\ufffd[31mred\ufffd"),
+        ("\x85\x7f\ud800", "\ufffd" * 3),
+    ],
 )
 def test_readable(text: str, shown: str) -> None:
     """Control characters and lone surrogates become U+FFFD; every other character is kept."""
     assert readable(text) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("ok", "ok"),
+        ("é 🐸\n", "é 🐸\n"),
+        ("a\x00b", "a\ufffdb"),
+        ("\x1b[31m\ud800\udfff", "\x1b[31m\ufffd\ufffd"),
+    ],
+)
+def test_unicode_only(text: str, shown: str) -> None:
+    """NUL and lone surrogates become U+FFFD; line breaks and other controls are kept."""
+    assert unicode_only(text) == shown
+    assert text_fault(unicode_only(text)) is None
 
 
 def test_a_partner_answer_with_control_characters_is_logged_readable(database_url: str, clock: Any) -> None:

@@ -29,7 +29,7 @@ from service.exceptions import DomainError
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
-from service.text import readable, text_fault
+from service.text import unicode_only
 from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
@@ -53,11 +53,10 @@ def _when(moment: datetime | None) -> str:
 
 
 def _shown(value: Any) -> Any:
-    """Text a page cannot carry (a refused form value echoed back: lone surrogates, NUL) shown
-    readable, so the page still encodes and the operator sees what to fix."""
-    if isinstance(value, str) and text_fault(value) is not None:
-        return readable(value)
-    return value
+    """Text a page cannot carry (a refused form value echoed back: lone surrogates, NUL) with those
+    characters as U+FFFD and its lines kept, so the page still encodes and the operator sees what
+    to fix."""
+    return unicode_only(value) if isinstance(value, str) else value
 
 
 def environment() -> Environment:
