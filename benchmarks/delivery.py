@@ -215,11 +215,11 @@ PLAIN_SECRET = "whsec_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="  # noqa: S10
 
 def plain_requests(count: int) -> list[tuple[bytes, dict[str, str]]]:
     """The requests the service would send for the same events, built before any timing: the same
-    bodies, and the same headers (both signatures, the delivery's ids, the user agent), so both
-    sides put the same bytes on the wire."""
+    bodies, and the same headers (both signatures, the delivery's ids, the user agent, the encoding
+    asked for), so both sides put the same bytes on the wire."""
     from service.events import parse_event
     from service.webhooks.outbox import encode_payload, new_delivery_id
-    from service.webhooks.send import USER_AGENT
+    from service.webhooks.send import SESSION_HEADERS
     from service.webhooks.signing import signature_headers
 
     now = _now()
@@ -233,7 +233,7 @@ def plain_requests(count: int) -> list[tuple[bytes, dict[str, str]]]:
             secrets=[PLAIN_SECRET],
             timestamp=int(now.timestamp()),
         )
-        requests.append((body, {**headers, "Content-Type": "application/json", "User-Agent": USER_AGENT}))
+        requests.append((body, {**headers, "Content-Type": "application/json", **SESSION_HEADERS}))
     return requests
 
 

@@ -142,6 +142,39 @@ def test_retry_after_is_honoured(make_client: Any, clock: Any) -> None:
         assert deliveries(client)[0]["status"] == "delivered"
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Retry-After": "9" * 400},
+        {"Retry-After": "9" * 5000},
+        {"Retry-After": "Mon, 29 Jun 2026 12:00:00 +99999999999999999999"},
+        {"Content-Encoding": "br"},
+        {"Content-Encoding": "zstd"},
+        {"Content-Encoding": "gzip"},  # says gzip, sends plain bytes
+    ],
+)
+def test_an_answer_with_headers_the_worker_cannot_use_still_counts(
+    make_client: Any, clock: Any, headers: dict[str, str]
+) -> None:
+    """A 2xx is delivered and a 410 pauses, whatever else the answer says: a Retry-After too long
+    for any number or date, a body in an encoding the worker never asked for (it reads only an
+    excerpt, as sent). Their status is never lost to an error of 'no answer' and sent again."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url())
+        receiver.script("/hook", Reply(200, "received", headers), Reply(410, "gone", headers))
+        publish(client, room_claimed())
+        publish(client, room_claimed())
+        assert drain(client) == 2
+        attempts = sorted(
+            (a["statusCode"], a["errorClass"], a["responseExcerpt"], a["outcome"])
+            for delivery in deliveries(client)
+            for a in delivery["attempts"]
+        )
+        shown = client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json
+    assert attempts == [(200, None, "received", "delivered"), (410, "http_410", "gone", "paused")]
+    assert shown["status"] == "paused"
+
+
 def test_spent_schedule_fails_until_an_admin_retry(make_client: Any, clock: Any) -> None:
     """Four 500s spend a three-delay schedule: failed; an admin retry makes it go out again."""
     with Receiver(default=Reply(500, "down")) as receiver, make_client(**settings()) as client:

@@ -76,11 +76,23 @@ def test_retry_after_is_honoured_within_bounds(
         ("-5", None),
         ("1.5", None),
         (None, None),
+        ("9" * 400, float("inf")),  # past a float: as long as the ceiling allows
+        ("9" * 5000, float("inf")),  # past int()'s digit limit
+        ("Mon, 29 Jun 2026 12:00:00 +99999999999999999999", None),  # a zone past any date
+        ("Mon, 29 Jun 99999 12:00:00 GMT", None),
     ],
 )
 def test_parse_retry_after(header: str | None, seconds: float | None) -> None:
-    """Retry-After is delta-seconds or an HTTP date; anything else is ignored."""
+    """Retry-After is delta-seconds or an HTTP date; anything else is ignored, and no value, however
+    long or odd, raises."""
     assert parse_retry_after(header, NOW) == seconds
+
+
+def test_a_retry_after_past_any_float_waits_the_ceiling() -> None:
+    """Seconds past what a float holds are read as "as long as you may": the hour's ceiling."""
+    policy = RetryPolicy(schedule=(10.0,))
+    retry_after = parse_retry_after("9" * 400, NOW)
+    assert policy.next_delay(1, Verdict.RETRY, random.Random(1), retry_after=retry_after) == MAX_RETRY_AFTER
 
 
 @pytest.mark.parametrize(

@@ -39,15 +39,17 @@ def verdict_for(status_code: int | None) -> Verdict:
 
 
 def parse_retry_after(value: str | None, now: datetime) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or None if unusable."""
+    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date), or None if unusable;
+    never raises, whatever the partner sent. Seconds past what a float holds are infinite: as long
+    as the policy's ceiling allows."""
     if value is None:
         return None
     value = value.strip()
     if value.isascii() and value.isdigit():
-        return float(int(value))
+        return float(value)  # no int(): it refuses more than 4,300 digits, and a float overflows
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):  # the last: a zone past any date
         return None
     if when.tzinfo is None:
         return None  # RFC 9110 dates are GMT; one without a zone is not a date we should guess at

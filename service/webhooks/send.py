@@ -38,6 +38,9 @@ from service.webhooks.ssrf import (
 )
 
 USER_AGENT = "service-webhooks/1.0"
+# Every attempt's headers besides the signatures. The answer's body is never decoded (only its
+# first bytes are kept, as sent), so no encoding is asked for.
+SESSION_HEADERS = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
 EXCERPT_CHARS = 256  # of the answer body, kept in the attempt log
 _EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
 TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
@@ -142,7 +145,11 @@ class Sender:
             # Partners must not share (or plant) cookies; proxies from the environment are ignored.
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
-            headers={"User-Agent": USER_AGENT},
+            # Decoding an answer could lose its 2xx (or 410) to an encoding the partner chose and
+            # aiohttp cannot read (br, zstd, a gzip header over plain bytes): the attempt would be
+            # logged as no answer and the delivery sent again.
+            auto_decompress=False,
+            headers=SESSION_HEADERS,
             max_line_size=MAX_HEADER_LINE_BYTES,
             max_field_size=MAX_HEADER_LINE_BYTES,
             max_headers=MAX_HEADERS,  # aiohttp 3.13.4 and later
