@@ -260,3 +260,24 @@ def test_a_form_larger_than_the_body_limit_is_the_too_large_page(make_client: An
     assert response.status_code == 413
     assert "larger than the service accepts" in _html(response)
     assert listed["deliveries"] == []
+
+
+def test_a_test_deliverys_answer_in_emoji_fits_the_flash_cookie() -> None:
+    """The result of "Send test" reaches the next page in a sealed cookie: an excerpt of 256
+    four-byte characters keeps it under the 4,096 bytes a browser keeps (as JSON's \\u escapes,
+    twelve bytes each, it went over and the result vanished), and it reads back the same."""
+    from sanic.response import html
+
+    from service.clock import ManualClock
+    from service.console.session import FLASH_COOKIE, Sessions
+
+    sessions = Sessions(TOKEN, ManualClock(), secure=True)
+    session, _ = sessions.new()
+    message = {"message": "Test delivery retry: 500.", "excerpt": "\N{GRINNING FACE}" * 256}
+    response = html("")
+    sessions.flash(response, session, message)
+    cookie = response.cookies.get_cookie(FLASH_COOKIE, path="/console")
+    assert cookie is not None
+    assert len(f"{FLASH_COOKIE}={cookie.value}") < 4096
+    request = type("Request", (), {"cookies": {FLASH_COOKIE: cookie.value}})()
+    assert sessions.take_flash(request, session) == message
