@@ -14,8 +14,11 @@ from pydantic_core import PydanticCustomError
 CODE = "invalid_characters"
 NUL_MESSAGE = "This field contains a NUL character."
 NOT_UNICODE_MESSAGE = "This field contains characters that are not valid Unicode."
-# C0 controls (NUL among them), DEL and C1 controls, each shown as U+FFFD.
-_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0)], "\ufffd")
+# C0 controls (NUL among them), DEL and C1 controls, each shown as U+FFFD; so are the marks,
+# embeddings, overrides and isolates that reorder text on screen, and the line and paragraph
+# separators: a partner's answer could otherwise print in an order it was not written in.
+_BIDI = [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
+_CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *_BIDI], "\ufffd")
 
 
 def text_fault(value: str) -> str | None:
@@ -38,8 +41,9 @@ def storable(value: str) -> str:
 
 
 def readable(text: str) -> str:
-    """``text`` with every control character (NUL, escape sequences, line breaks) as U+FFFD, and
-    any lone surrogate too: safe to store in either database and to print in a terminal."""
+    """``text`` with every control character (NUL, escape sequences, line breaks, the marks that
+    reorder text) as U+FFFD, and any lone surrogate too: safe to store in either database and to
+    print in a terminal."""
     return unicode_only(text.translate(_CONTROLS))
 
 

@@ -93,10 +93,13 @@ def test_admin_text_that_cannot_be_stored_is_400(
         ("a\x00b", "a\ufffdb"),
         ("\x1b[31mred\n", "\ufffd[31mred\ufffd"),
         ("\x85\x7f\ud800", "\ufffd" * 3),
+        ("pay\u202egnp.exe", "pay\ufffdgnp.exe"),
+        ("a\u2066b\u2069\u2028c\u200f", "a\ufffdb\ufffd\ufffdc\ufffd"),
     ],
 )
 def test_readable(text: str, shown: str) -> None:
-    """Control characters and lone surrogates become U+FFFD; every other character is kept."""
+    """Control characters, the marks that reorder text and lone surrogates become U+FFFD; every
+    other character is kept."""
     assert readable(text) == shown
 
 
