@@ -43,6 +43,10 @@ USER_AGENT = "service-webhooks/1.0"
 SESSION_HEADERS = {"User-Agent": USER_AGENT, "Accept-Encoding": "identity"}
 EXCERPT_CHARS = 256  # of the answer body, kept in the attempt log
 _EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
+# Once the status is in, seconds the partner may take to send the excerpt's bytes. The status is
+# what counts; a body that trickles would otherwise hold one of the partner's slots until the
+# attempt's whole timeout.
+EXCERPT_SECONDS = 1.0
 TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
 # What a partner's answer may spend on its head, set here rather than left to aiohttp's defaults:
 # 8190 bytes a status or header line (the line limit HTTP servers commonly hold requests to) and
@@ -118,6 +122,7 @@ class Sender:
         resolve: Resolve = system_resolve,
         limit: int = 32,
         connect_timeout: float | None = None,
+        excerpt_timeout: float = EXCERPT_SECONDS,
         timer: Timer = time.perf_counter,
     ) -> None:
         # The connection (name resolution, TCP, TLS) must be made within connect_timeout; the
@@ -125,6 +130,7 @@ class Sender:
         self._timeout = aiohttp.ClientTimeout(total=timeout, connect=connect_timeout)
         self._allow_private = allow_private
         self._clock = clock
+        self._excerpt_timeout = excerpt_timeout
         self._timer = timer  # reads each attempt's duration
         self._resolve = resolve
         self._limit = limit
@@ -192,7 +198,7 @@ class Sender:
                 header = response.headers.get("Retry-After")
                 # The clock is read only when there is a header to read it against.
                 retry_after = parse_retry_after(header, self._clock()) if header is not None else None
-                excerpt = await _excerpt(response)
+                excerpt = await _excerpt(response, self._excerpt_timeout)
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
             return Attempt(started_at, self._ms_since(began), error_class=error_class(error))
         return Attempt(
@@ -208,22 +214,31 @@ class Sender:
         return round((self._timer() - began) * 1000)
 
 
-async def _excerpt(response: aiohttp.ClientResponse) -> str | None:
-    """The first characters of the answer; the rest is never read into memory."""
+async def _excerpt(response: aiohttp.ClientResponse, timeout: float) -> str | None:
+    """The first characters of the answer, as many as came within ``timeout``; the rest is never
+    read into memory."""
     data = bytearray()
     content = response.content
     try:
-        while len(data) < _EXCERPT_BYTES and not content.at_eof():
-            chunk = await content.read(_EXCERPT_BYTES - len(data))
-            if not chunk:
-                break
-            data += chunk
+        if content.is_eof():  # the whole body came with the head, as it almost always does
+            await _read_into(data, content)
+        else:
+            async with asyncio.timeout(timeout):
+                await _read_into(data, content)
     except (TimeoutError, aiohttp.ClientError):
         pass  # the status already arrived; a body cut short does not change what it said
     if not data:
         return None
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
     return readable(data.decode("utf-8", errors="replace")[:EXCERPT_CHARS])
+
+
+async def _read_into(data: bytearray, content: aiohttp.StreamReader) -> None:
+    while len(data) < _EXCERPT_BYTES and not content.at_eof():
+        chunk = await content.read(_EXCERPT_BYTES - len(data))
+        if not chunk:
+            break
+        data += chunk
 
 
 @dataclass(frozen=True, slots=True)
