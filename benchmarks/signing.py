@@ -13,7 +13,7 @@ during a rotation):
 Both must produce the same headers byte for byte (checked first). The sides alternate (ABBA) for
 ``--rounds`` rounds; printed are the medians of signatures per second and the ratio service /
 baseline. The worker signs on an event loop busy with hundreds of connections, where the gap is
-wider than in this tight loop (README, "Where a delivery's time goes").
+wider than in this tight loop (docs/benchmarks.md, "Where a delivery's time goes").
 """
 
 from __future__ import annotations
