@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Coroutine
 from typing import Any
+from urllib.parse import unquote
 
 from sanic import Blueprint, HTTPResponse, Request, redirect
 
@@ -43,6 +44,11 @@ def create_blueprint(discovery: Discovery) -> Blueprint:
 
     async def event_schema(request: Request, event_id: str) -> HTTPResponse:
         document = events.get(event_id)
+        if document is None:
+            # Sanic hands the id over still percent-encoded, and ``room%2Eclaimed`` is ``room.claimed``
+            # (RFC 9110 4.2.3): decoded on a miss only. No kind holds a reserved character, so a
+            # decoded ``/``, NUL or byte that is not UTF-8 names nothing.
+            document = events.get(unquote(event_id))
         if document is None:
             raise NotFound("No event kind with this id is in the catalog.")
         return respond(request, document)
