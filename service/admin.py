@@ -189,9 +189,12 @@ def admin_blueprint(name: str, *, queries: Collection[str] = ()) -> Blueprint:
 
 
 def query_args(request: Request) -> dict[str, str]:
-    """The query string as one value per name; a name given twice is refused, never guessed at."""
+    """The query string as one value per name; a name given twice is refused, never guessed at.
+
+    Blank (``name=``) and bare (``name``) parameters are kept: dropped, an unknown or repeated
+    name would pass unseen, and ``status=`` would list every status."""
     args: dict[str, str] = {}
-    for name, value in request.query_args:
+    for name, value in request.get_query_args(keep_blank_values=True):
         if name in args:
             raise BadRequest(errors=[FieldError(name, "repeated", "This parameter appears more than once.")])
         args[name] = value

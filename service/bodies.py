@@ -43,9 +43,7 @@ def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document:
-            raise BadRequest(
-                errors=[FieldError(key, "repeated", "This member appears more than once.")]
-            )
+            raise BadRequest(errors=[FieldError(key, "repeated", "This member appears more than once.")])
         document[key] = value
     return document
 
@@ -79,9 +77,7 @@ def parse_form(raw: bytes) -> dict[str, str]:
     form: dict[str, str] = {}
     for key, value in pairs:
         if key in form:
-            raise BadRequest(
-                errors=[FieldError(key, "repeated", "This field appears more than once.")]
-            )
+            raise BadRequest(errors=[FieldError(key, "repeated", "This field appears more than once.")])
         form[key] = value
     return form
 
@@ -94,7 +90,8 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     kind, params = media_type(request)
     accepted = (JSON, FORM) if form else (JSON,)
     if kind not in accepted:
-        raise UnsupportedMediaType()
+        # Where forms are refused too (the admin routes), the answer does not offer one.
+        raise UnsupportedMediaType() if form else UnsupportedMediaType("Send application/json.")
     if params.get("charset", "utf-8") not in _UTF8:
         raise UnsupportedMediaType("Only UTF-8 bodies are accepted.")
     if not raw.strip():

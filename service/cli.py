@@ -111,11 +111,15 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     app.prepare(
         host=args.host, port=args.port, workers=args.workers, single_process=single, protocol=GuardedProtocol
     )
-    if single:
-        # One process, no manager: a signal to this pid reaches the only process serving.
-        Sanic.serve_single(primary=app)
-    else:
-        Sanic.serve(primary=app, app_loader=loader)
+    try:
+        if single:
+            # One process, no manager: a signal to this pid reaches the only process serving.
+            Sanic.serve_single(primary=app)
+        else:
+            Sanic.serve(primary=app, app_loader=loader)
+    except OSError as error:  # binding --host:--port: a port in use, a name that does not resolve
+        logging.getLogger(__name__).error("cannot listen on %s:%s: %s", args.host, args.port, error.strerror)
+        return 1
     return 0
 
 
@@ -198,8 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
         settings=commands.EVERY_SETTING,
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
-    serve.add_argument("--workers", type=int, default=1, help="server processes (default: %(default)s)")
+    serve.add_argument(
+        "--port",
+        type=commands.whole_number(0, commands.PORT_MAX),
+        default=8000,
+        help="port to listen on (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--workers", type=commands.whole_number(1), default=1, help="server processes (default: %(default)s)"
+    )
     serve.add_argument("--no-worker", action="store_true", help="do not deliver webhooks from this server")
     serve.set_defaults(run=cmd_serve)
 
@@ -228,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
         waitlist_commands,
         "erase",
         "erase every registration of an address",
-        details='Every intent, matched as the waitlist matches addresses: trimmed, whatever the case. '
+        details="Every intent, matched as the waitlist matches addresses: trimmed, whatever the case. "
         'Prints {"erased": n}; an address the waitlist does not hold erases 0.',
         settings=DATABASE,
     )

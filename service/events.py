@@ -470,6 +470,11 @@ class WebhookTest(EventPayload):
 # --- parsing ----------------------------------------------------------------------------------
 
 
+# What the events.dedupe_key column holds (``dedupe_key``): a longer key is refused on publishing,
+# on every database, rather than failing in PostgreSQL's column as a server error.
+DEDUPE_KEY_MAX = 1024
+
+
 def new_event_id() -> str:
     """``evt_`` + a ULID: unique, and sortable by creation time."""
     return new_id("evt")
@@ -494,9 +499,20 @@ def parse_event(data: object, *, now: datetime, new_id: Callable[[], str] = new_
     if "occurredAt" not in members:
         members["occurredAt"] = format_occurred_at(now)
     try:
-        return model.model_validate(members)
+        payload = model.model_validate(members)
     except ValidationError as exc:
         raise InvalidInput(errors=[_field_error(error) for error in exc.errors()]) from None
+    if len(dedupe_key(payload)) > DEDUPE_KEY_MAX:
+        # Named by the members that make the key beside eventId, which alone never fills it.
+        message = f"Makes the event's dedupe key longer than {DEDUPE_KEY_MAX} characters."
+        raise InvalidInput(
+            errors=[
+                FieldError(name, "too_long", message)
+                for name in payload.DEDUPE_PARTS
+                if name != "eventId" and getattr(payload, name) is not None
+            ]
+        )
+    return payload
 
 
 # Our own validators raise these codes with fixed messages; pydantic's built-in ones are mapped.

@@ -20,14 +20,27 @@ def refuse_unknown(args: Mapping[str, object], known: Collection[str]) -> None:
         raise InvalidInput(errors=[FieldError(name, "unknown_parameter", message) for name in unknown])
 
 
+def ascii_whole(text: str) -> int | None:
+    """``text`` as a whole number if it is ASCII digits that ``int`` converts (at most
+    ``sys.get_int_max_str_digits()`` of them), else None: ``²`` and Arabic-Indic digits pass
+    ``isdigit`` and are no number here."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts
+        return None
+
+
 def whole_number(args: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
     """A whole number in ``[low, high]`` written in ASCII digits, or ``default`` when absent."""
     text = args.get(name)
     if text is None:
         return default
-    if not (text.isascii() and text.isdigit()) or not low <= int(text) <= high:
+    number = ascii_whole(text)
+    if number is None or not low <= number <= high:
         raise invalid(name, "invalid", f"Must be a whole number from {low} to {high}.")
-    return int(text)
+    return number
 
 
 def text(args: Mapping[str, str], name: str) -> str | None:

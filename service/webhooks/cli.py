@@ -21,8 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import commands, eventloop
 from service.clock import utc_now
+from service.exceptions import invalid
 from service.keyring import load_keyring
+from service.params import ascii_whole
 from service.settings import Settings
+from service.text import CODE as TEXT_CODE
+from service.text import text_fault
 from service.webhooks import roster, wiring
 from service.webhooks.batching import BATCHABLE, DEFAULT_MAX_EVENTS, DEFAULT_MAX_WAIT
 from service.webhooks.operations import DeliveryFilter, Operations
@@ -48,18 +52,27 @@ def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, se
     return commands.run(settings, with_operations)
 
 
+def _id(text: str) -> str:
+    """A partner or delivery id as given, or ``InvalidInput`` naming ``id``: bytes of the command
+    line that are not UTF-8 reach it as surrogate escapes, which no database can be asked about.
+    Called inside the run, so the refusal is printed in the error shape like any other."""
+    if (fault := text_fault(text)) is not None:
+        raise invalid("id", TEXT_CODE, fault)
+    return text
+
+
 def _on_partner(operation: Callable[[Operations, str], Awaitable[Any]], *, secrets: bool = False) -> Command:
     """A command whose one argument is a partner id."""
 
     def command(args: argparse.Namespace, settings: Settings) -> int:
-        return _run(settings, lambda operations: operation(operations, args.id), secrets=secrets)
+        return _run(settings, lambda operations: operation(operations, _id(args.id)), secrets=secrets)
 
     return command
 
 
 def cmd_rotate(args: argparse.Namespace, settings: Settings) -> int:
     data = {} if args.overlap is None else {"overlapSeconds": args.overlap}
-    return _run(settings, lambda operations: operations.rotate_secret(args.id, data), secrets=True)
+    return _run(settings, lambda operations: operations.rotate_secret(_id(args.id), data), secrets=True)
 
 
 def cmd_reencrypt(args: argparse.Namespace, settings: Settings) -> int:
@@ -103,12 +116,13 @@ def cmd_update(args: argparse.Namespace, settings: Settings) -> int:
         data["events"] = None if args.events == "all" else _kinds(args.events)
     if args.max_in_flight is not None:
         data["maxInFlight"] = None if args.max_in_flight == "default" else _whole(args.max_in_flight)
-    return _run(settings, lambda operations: operations.update(args.id, data))
+    return _run(settings, lambda operations: operations.update(_id(args.id), data))
 
 
 def _whole(text: str) -> int | str:
     """An option's number as an int, or as given (the operation names what is wrong with it)."""
-    return int(text) if text.isascii() and text.isdigit() else text
+    number = ascii_whole(text)
+    return text if number is None else number
 
 
 # --- deliveries -------------------------------------------------------------------------------
@@ -129,7 +143,7 @@ def cmd_replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_resend(args: argparse.Namespace, settings: Settings) -> int:
-    return _run(settings, lambda operations: operations.resend(args.id))
+    return _run(settings, lambda operations: operations.resend(_id(args.id)))
 
 
 # --- events -----------------------------------------------------------------------------------
@@ -309,9 +323,7 @@ def register(group: Any) -> None:
     update.add_argument("--name", help="the partner's name, shown in listings")
     update.add_argument("--url", help="https endpoint that receives signed deliveries")
     update.add_argument("--events", help="comma-separated event kinds, or all")
-    update.add_argument(
-        "--max-in-flight", metavar="N", help="its own cap on attempts in flight, or default"
-    )
+    update.add_argument("--max-in-flight", metavar="N", help="its own cap on attempts in flight, or default")
     update.set_defaults(run=cmd_update)
     delete = commands.add_command(
         partner_commands,
@@ -439,7 +451,7 @@ def register(group: Any) -> None:
     )
     worker.add_argument(
         "--concurrency",
-        type=int,
+        type=commands.whole_number(1),
         default=CONCURRENCY,
         help="attempts in flight (default: %(default)s, as in serve)",
     )
@@ -447,6 +459,9 @@ def register(group: Any) -> None:
         "--host", default=DEFAULT_HOST, help="address of /healthz, /readyz, /metrics (default: %(default)s)"
     )
     worker.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help="their port, 0 for any free one (default: %(default)s)"
+        "--port",
+        type=commands.whole_number(0, commands.PORT_MAX),
+        default=DEFAULT_PORT,
+        help="their port, 0 for any free one (default: %(default)s)",
     )
     worker.set_defaults(run=cmd_worker)

@@ -406,7 +406,9 @@ class Operations:
         days = self.settings.retention_days if older_than_days is None else older_than_days
         if days < 1:
             raise invalid("olderThan", "too_small", "Must be at least 1 day.")
-        pruned = await retention.prune(self.engine, now=self.clock(), older_than=timedelta(days=days))
+        # timedelta's longest: a retention longer still reaches back before the year 1 all the same
+        older_than = timedelta(days=min(days, timedelta.max.days))
+        pruned = await retention.prune(self.engine, now=self.clock(), older_than=older_than)
         return pruned.document()
 
     # --- workers ------------------------------------------------------------------------------

@@ -102,7 +102,10 @@ async def prune(
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
-    cutoff = now - older_than
+    try:
+        cutoff = now - older_than
+    except OverflowError:  # before the year 1: nothing stored is that old
+        return Pruned()
     pruned = Pruned()
     pacer = _Pacer(duty)
     await _prune_deliveries(engine, cutoff, pruned, batch=batch, lock=lock, pacer=pacer)
