@@ -24,6 +24,8 @@ DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 3
 # The shortest admin token accepted: 32 characters of even a small alphabet are far beyond
 # guessing at the throttled pace of failed attempts (``service.admin.FAILED_ATTEMPTS_LIMIT``).
 ADMIN_TOKEN_MIN_LENGTH = 32
+# A century: any longer is "keep everything", and past 999,999,999 days no date can be counted back.
+RETENTION_DAYS_MAX = 36_500
 
 
 class Settings(BaseSettings):
@@ -121,6 +123,7 @@ class Settings(BaseSettings):
     retention_days: int = Field(
         default=30,
         ge=1,
+        le=RETENTION_DAYS_MAX,
         description="Days settled deliveries, their attempts and fully settled events are kept "
         "before pruning (registrations are never pruned).",
     )
@@ -210,9 +213,7 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(
-                f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}"
-            ) from None
+            raise ValueError(f"SERVICE_WAITLIST_RATE_LIMIT is not limits notation: {error}") from None
         return value
 
     @field_validator("waitlist_global_rate_limit")
@@ -223,9 +224,7 @@ class Settings(BaseSettings):
         try:
             parse_many(value)
         except ValueError as error:
-            raise ValueError(
-                f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}"
-            ) from None
+            raise ValueError(f"SERVICE_WAITLIST_GLOBAL_RATE_LIMIT is not limits notation: {error}") from None
         return value
 
     @field_validator("secrets_key")

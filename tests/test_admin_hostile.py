@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from webhook_helpers import AUTH, settings
+from webhook_helpers import AUTH, room_claimed, settings
 
 from service.cli import build_parser, main
 from service.db.tables import events
@@ -267,3 +267,18 @@ def test_serve_on_a_port_that_is_taken_says_so(env: None, workers: str) -> None:
         1,
         [f"cannot listen on 127.0.0.1:{port}: Address already in use"],
     )
+
+
+def test_publishing_a_file_larger_than_the_admin_route_takes_is_refused_unread(
+    env: None, capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    """events publish FILE takes what POST /admin/events takes (64 KiB) and reads no further: a
+    larger file is the 413 error shape, and an endless one (/dev/zero) is not read forever."""
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(room_claimed()) + " " * 70_000)  # valid, and over the limit
+    for path in (str(event), "/dev/zero"):
+        assert run(capsys, "events", "publish", path) == (
+            1,
+            None,
+            {"ok": False, "message": "The request body is too large."},
+        )

@@ -41,3 +41,13 @@ def test_the_commands_refuse_a_short_token_and_say_why(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "SERVICE_ADMIN_TOKEN must be at least 32 characters (it has 15)" in err
     assert "hunter2" not in err
+
+
+@pytest.mark.parametrize("days", [36_501, 1_000_000_000])
+def test_a_retention_past_a_century_stops_the_start(monkeypatch, capsys, days):
+    """SERVICE_RETENTION_DAYS is at most 36,500 (a century): a billion days stopped the worker on an
+    OverflowError once it had started, in serve and in the worker command alike."""
+    monkeypatch.setenv("SERVICE_RETENTION_DAYS", str(days))
+    assert main(["migrate"]) == 2
+    assert "SERVICE_RETENTION_DAYS" in capsys.readouterr().err
+    assert Settings(retention_days=36_500).retention_days == 36_500

@@ -150,11 +150,19 @@ def cmd_resend(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
-    from service.bodies import parse_json_object
-    from service.errors import ServiceError
+    from service.bodies import MAX_BODY_BYTES, parse_json_object
+    from service.errors import PayloadTooLarge, ServiceError
 
     try:
-        raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
+        # As much as POST /admin/events takes, and one byte more to tell a larger file (or an
+        # endless one, /dev/zero) apart without reading it all.
+        if args.file == "-":
+            raw = sys.stdin.buffer.read(MAX_BODY_BYTES + 1)
+        else:
+            with Path(args.file).open("rb") as file:
+                raw = file.read(MAX_BODY_BYTES + 1)
+        if len(raw) > MAX_BODY_BYTES:
+            raise PayloadTooLarge()
         data = parse_json_object(raw)
     except OSError as error:
         print(f"cannot read {args.file}: {error.strerror}", file=sys.stderr)
