@@ -164,7 +164,11 @@ def test_a_batch_forms_when_its_oldest_has_waited_max_wait(client_on: Any, clock
         verify(request.headers, request.body, partner["secret"], now=clock().timestamp())
         assert client.run(due()) is None
         [batch] = [d for d in deliveries(client) if d["batchSize"] is not None]
-        assert (batch["id"], batch["batchSize"], batch["eventId"]) == (request.headers["webhook-id"], 3, ids[0])
+        assert (batch["id"], batch["batchSize"], batch["eventId"]) == (
+            request.headers["webhook-id"],
+            3,
+            ids[0],
+        )
 
 
 def test_one_kind_per_batch_beside_an_unbatched_kind(client_on: Any, clock: Any) -> None:
@@ -182,7 +186,9 @@ def test_one_kind_per_batch_beside_an_unbatched_kind(client_on: Any, clock: Any)
 
         clock.advance(5)
         assert drain(client) == 2
-        batches = {request.headers["x-service-event"]: json.loads(request.body) for request in receiver.requests[1:]}
+        batches = {
+            request.headers["x-service-event"]: json.loads(request.body) for request in receiver.requests[1:]
+        }
         assert sorted(batches) == ["room.arcade.high_score", "room.trending"]
         for kind, body in batches.items():
             BATCH_SCHEMA.validate(body)
@@ -216,7 +222,12 @@ def test_retries_send_the_same_bytes_under_the_same_id(client_on: Any, clock: An
         assert later.headers["webhook-id"] != batch["id"]
         assert [p["slug"] for p in json.loads(later.body)["events"]] == ["room-3"]
         for request in receiver.requests:
-            verify(request.headers, request.body, partner["secret"], now=float(request.headers["webhook-timestamp"]))
+            verify(
+                request.headers,
+                request.body,
+                partner["secret"],
+                now=float(request.headers["webhook-timestamp"]),
+            )
         assert {d["status"] for d in deliveries(client)} == {"delivered"}
 
 
@@ -321,7 +332,9 @@ def test_a_batch_verifies_with_the_library_and_the_service_and_tampering_fails_b
 def test_a_bad_batch_member_is_a_400_naming_it(make_client: Any, batch: Any, field: str, code: str) -> None:
     with make_client(**settings()) as client:
         response = client.post(
-            "/admin/partners", json={"name": "P", "url": "http://127.0.0.1:9/hook", "batch": batch}, headers=AUTH
+            "/admin/partners",
+            json={"name": "P", "url": "http://127.0.0.1:9/hook", "batch": batch},
+            headers=AUTH,
         )
         assert response.status == 400
         assert [(e["field"], e["code"]) for e in response.json["errors"]] == [(field, code)]
@@ -341,13 +354,60 @@ def test_only_kinds_the_partner_receives_may_be_batched(make_client: Any) -> Non
             headers=AUTH,
         )
         assert response.status == 400
-        assert [(e["field"], e["code"]) for e in response.json["errors"]] == [("batch.events.1", "not_subscribed")]
+        assert [(e["field"], e["code"]) for e in response.json["errors"]] == [
+            ("batch.events.1", "not_subscribed")
+        ]
+
+
+@pytest.mark.parametrize(
+    ("onboarded", "change", "field"),
+    [
+        # the filter narrowed under a stored batch
+        (
+            {
+                "events": ["room.trending", "room.artwork.vote_milestone"],
+                "batch": {"events": ["room.artwork.vote_milestone"]},
+            },
+            {"events": ["room.trending"]},
+            "batch.events.0",
+        ),
+        # a batch of a kind the stored filter leaves out
+        (
+            {"events": ["room.trending"]},
+            {"batch": {"events": ["room.trending", "room.artwork.vote_milestone"]}},
+            "batch.events.1",
+        ),
+    ],
+    ids=["events", "batch"],
+)
+def test_an_update_of_events_or_batch_is_checked_against_the_other_as_stored(
+    make_client: Any, onboarded: dict[str, Any], change: dict[str, Any], field: str
+) -> None:
+    """An update that changes one of the two leaves the other as stored, so the two are checked
+    together as at onboarding; refused, the partner stays as it was."""
+    with make_client(**settings()) as client:
+        partner = onboard(client, "http://127.0.0.1:9/hook", **onboarded)
+        response = client.patch(f"/admin/partners/{partner['id']}", json=change, headers=AUTH)
+        shown = client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json
+        both = client.patch(
+            f"/admin/partners/{partner['id']}",
+            json={"events": ["room.trending", "room.artwork.vote_milestone"], **change},
+            headers=AUTH,
+        )
+    assert (response.status, [(e["field"], e["code"]) for e in response.json["errors"]]) == (
+        400,
+        [(field, "not_subscribed")],
+    )
+    assert (shown["events"], shown["batch"]) == (partner["events"], partner["batch"])
+    assert both.status == (400 if "events" in change else 200)  # both given: the body's own pair
 
 
 def test_defaults_and_the_partner_resource(make_client: Any) -> None:
     """Only events named: maxEvents 100 and maxWaitSeconds 5; shown on the partner, never null-ed by a read."""
     with make_client(**settings()) as client:
-        partner = onboard(client, "http://127.0.0.1:9/hook", batch={"events": ["room.trending", "room.trending"]})
+        partner = onboard(
+            client, "http://127.0.0.1:9/hook", batch={"events": ["room.trending", "room.trending"]}
+        )
         expected = {"events": ["room.trending"], "maxEvents": 100, "maxWaitSeconds": 5.0}
         assert partner["batch"] == expected
         assert client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json["batch"] == expected
@@ -430,7 +490,9 @@ def test_workers_forming_at_once_put_each_event_in_one_batch(database_url: str, 
 
         claimed = list(await asyncio.gather(*(claim(engine) for engine in engines)))
         async with engines[0].connect() as conn:
-            rows = (await conn.execute(select(table.c.batch_id, table.c.status).where(table.c.body.is_(None)))).all()
+            rows = (
+                await conn.execute(select(table.c.batch_id, table.c.status).where(table.c.body.is_(None)))
+            ).all()
             batches = (await conn.execute(select(table.c.id).where(table.c.body.is_not(None)))).all()
         for engine in engines:
             await engine.dispose()

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.audit import audited, reports, unaudited
 from service.clock import Clock, format_timestamp
 from service.events import parse_event
-from service.exceptions import StateConflict, UnknownResource, invalid
+from service.exceptions import InvalidInput, StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
@@ -250,6 +250,11 @@ class Operations:
                 change.url, allow_private=self.settings.webhook_allow_private_urls, resolve=self.resolve
             )
         async with self.engine.begin() as conn:
+            stored = await partners.get_partner(conn, partner_id)
+            if stored is None:
+                raise unknown_partner()
+            if faults := change.faults_against(stored):
+                raise InvalidInput(errors=faults)
             partner = await partners.update_partner(conn, partner_id, change, now=self.clock())
         if partner is None:
             raise unknown_partner()

@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -220,12 +220,7 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
         errors.extend(event_errors)
     batch, batch_faults = batch_errors(data.get("batch"))
     errors.extend(batch_faults)
-    if batch is not None and kinds is not None:
-        errors.extend(
-            FieldError(f"batch.events.{index}", "not_subscribed", "Batch only kinds the partner receives.")
-            for index, kind in enumerate(batch.events)
-            if kind not in kinds
-        )
+    errors.extend(unsubscribed(batch, kinds))
     cap = data.get("maxInFlight")
     errors += _cap_errors(cap)
     if errors:
@@ -235,12 +230,38 @@ def validate_new_partner(data: Mapping[str, Any]) -> NewPartner:
     return NewPartner(name=name.strip(), url=url, events=kinds, max_in_flight=cap, batch=batch)
 
 
+def unsubscribed(batch: BatchPolicy | None, kinds: Collection[str] | None) -> list[FieldError]:
+    """A field error for each kind ``batch`` would batch that a partner receiving ``kinds`` (None:
+    every kind) never receives."""
+    if batch is None or kinds is None:
+        return []
+    message = "Batch only kinds the partner receives."
+    return [
+        FieldError(f"batch.events.{index}", "not_subscribed", message)
+        for index, kind in enumerate(batch.events)
+        if kind not in kinds
+    ]
+
+
+_KEEP: Any = object()  # a PartnerChange member the update leaves as stored
+
+
 @dataclass(frozen=True, slots=True)
 class PartnerChange:
     """What an update sets: only the members it names (``events``/``maxInFlight`` null: the default)."""
 
     values: Mapping[str, Any]  # partners table columns -> new values
     url: str | None = None  # a new URL, to be checked as at onboarding
+    events: tuple[str, ...] | None = _KEEP  # the kinds it will receive (None: every kind)
+    batch: BatchPolicy | None = _KEEP  # how it will batch (None: not at all)
+
+    def faults_against(self, stored: Partner) -> list[FieldError]:
+        """Where an update of one of ``events`` and ``batch`` leaves the other disagreeing with it, as
+        onboarding refuses: a kind batched that the partner would not receive."""
+        if (self.events is _KEEP) == (self.batch is _KEEP):
+            return []  # neither changes, or both do (then checked with the body)
+        events = stored.events if self.events is _KEEP else self.events
+        return unsubscribed(stored.batch if self.batch is _KEEP else self.batch, events)
 
 
 def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
@@ -251,6 +272,8 @@ def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
     if not data:
         errors.append(FieldError("body", "missing", f"Name at least one of: {', '.join(sorted(MEMBERS))}."))
     values: dict[str, Any] = {}
+    kinds: tuple[str, ...] | None = _KEEP
+    batch: BatchPolicy | None = _KEEP
     if "name" in data:
         errors += _name_errors(data["name"])
         values["name"] = data["name"].strip() if isinstance(data["name"], str) else None
@@ -258,7 +281,7 @@ def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
         errors += _url_errors(data["url"])
         values["url"] = data["url"]
     if "events" in data:
-        kinds: tuple[str, ...] | None = None
+        kinds = None
         if data["events"] is not None:
             kinds, event_errors = _events_filter(data["events"])
             errors.extend(event_errors)
@@ -269,19 +292,14 @@ def validate_partner_change(data: Mapping[str, Any]) -> PartnerChange:
     if "batch" in data:
         batch, batch_faults = batch_errors(data["batch"])
         errors += batch_faults
-        if batch is not None and "events" in data and data["events"] is not None and not batch_faults:
+        if "events" in data and data["events"] is not None and not batch_faults:
             wanted = data["events"] if isinstance(data["events"], list) else []
-            message = "Batch only kinds the partner receives."
-            errors.extend(
-                FieldError(f"batch.events.{index}", "not_subscribed", message)
-                for index, kind in enumerate(batch.events)
-                if kind not in wanted
-            )
+            errors.extend(unsubscribed(batch, wanted))
         values["batch"] = batch.dumps() if batch is not None else None
     if errors:
         raise InvalidInput(errors=errors)
     url = values.get("url")
-    return PartnerChange(values=values, url=url if isinstance(url, str) else None)
+    return PartnerChange(values=values, url=url if isinstance(url, str) else None, events=kinds, batch=batch)
 
 
 async def check_destination(url: str, *, allow_private: bool, resolve: Resolve = system_resolve) -> None:
