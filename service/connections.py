@@ -44,10 +44,30 @@ RESERVE = 128
 WORKER_RESERVE = 512 + 64  # the worker's concurrency (webhooks.worker.CONCURRENCY) and its database pool
 
 
+# What a standalone worker keeps for itself besides its partner connections: its database pool,
+# the /healthz, /readyz and /metrics port, log files.
+WORKER_OWN = 64
+
+
+def _soft_limit() -> int:
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def worker_concurrency(wanted: int, descriptors: int | None = None) -> int:
+    """``wanted`` attempts in flight for a standalone worker, never more than the soft descriptor
+    limit leaves beside its own (and at least 1): past it, connects would fail with EMFILE and be
+    logged as healthy partners' failures, opening their circuits."""
+    if descriptors is None:
+        descriptors = _soft_limit()
+    if descriptors == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, descriptors - WORKER_OWN))
+
+
 def connection_limit(wanted: int, run_worker: bool, descriptors: int | None = None) -> int:
     """``wanted``, never more than the soft descriptor limit less the reserve (and at least 1)."""
     if descriptors is None:
-        descriptors = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        descriptors = _soft_limit()
     if descriptors == resource.RLIM_INFINITY:
         return wanted
     reserve = RESERVE + (WORKER_RESERVE if run_worker else 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -19,6 +20,7 @@ import pytest
 from webhook_helpers import Receiver, milestone, room_claimed
 
 from service.cli import main
+from service.connections import WORKER_OWN
 from service.webhooks.signing import verify
 from tests.processes import free_port, wait_ready
 
@@ -34,7 +36,11 @@ def env(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, Any]:
     code = main(list(argv))
     out, err = capsys.readouterr()
-    return code, json.loads(out) if out.strip() else None, json.loads(err) if err.strip().startswith("{") else err
+    return (
+        code,
+        json.loads(out) if out.strip() else None,
+        json.loads(err) if err.strip().startswith("{") else err,
+    )
 
 
 def test_partner_commands(env: dict[str, str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -109,14 +115,25 @@ def test_events_publish_from_a_file_and_stdin(
         assert code == 1 and "cannot read" in err
 
 
-def _start_worker(env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    """`python -m service worker` on a free port; returns once its /readyz answers 200."""
+def _start_worker(
+    env: dict[str, str], concurrency: int = 4, open_files: int | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """`python -m service worker` on a free port, its soft open-file limit lowered to
+    ``open_files``; returns once its /readyz answers 200."""
     port = free_port()
+
+    def limit() -> None:
+        if open_files is not None:
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            )
+
     worker = subprocess.Popen(
-        [sys.executable, "-m", "service", "worker", "--concurrency", "4", "--port", str(port)],
+        [sys.executable, "-m", "service", "worker", "--concurrency", str(concurrency), "--port", str(port)],
         env={**os.environ, **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        preexec_fn=limit,  # the child sets its own limit, before exec
     )
     base = f"http://127.0.0.1:{port}"
     wait_ready(f"{base}/readyz", worker)
@@ -175,13 +192,21 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
             assert code == 0
             [row] = listed["workers"]
             assert (row["pid"], row["role"], row["loop"], row["concurrency"], row["state"]) == (
-                worker.pid, "worker", "uvloop", 4, "live"
+                worker.pid,
+                "worker",
+                "uvloop",
+                4,
+                "live",
             )
         finally:
             lines = _stop_worker(worker)
         assert run(capsys, "workers")[1] == {"workers": []}  # and deleted it as it stopped
     [ready] = [line for line in lines if line["logger"] == "service.webhooks.cli"]
-    assert (ready["level"], ready["message"], ready["health"]) == ("info", "delivering webhooks", f"{base}/healthz")
+    assert (ready["level"], ready["message"], ready["health"]) == (
+        "info",
+        "delivering webhooks",
+        f"{base}/healthz",
+    )
     assert ready["loop"] == "uvloop"  # the loop Sanic runs serve (and its worker) on
 
 
@@ -193,6 +218,24 @@ def test_the_standalone_workers_healthz_follows_its_loop(env: dict[str, str]) ->
     finally:
         _stop_worker(worker)
     assert status == 200 and json.loads(body)["ok"] is True
+
+
+def test_a_worker_keeps_its_attempts_in_flight_within_its_open_file_limit(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Asked for more attempts in flight than its descriptors allow, the worker runs with what they
+    allow and says so: past it, connects to healthy partners would fail and count against them."""
+    worker, _ = _start_worker(env, concurrency=5000, open_files=512)
+    try:
+        [row] = run(capsys, "workers")[1]["workers"]
+    finally:
+        lines = _stop_worker(worker)
+    assert row["concurrency"] == 512 - WORKER_OWN
+    [warning] = [line for line in lines if line["level"] == "warning"]
+    assert warning["message"] == (
+        f"the open-file limit allows {512 - WORKER_OWN} attempts in flight, not 5000; "
+        "raise it (ulimit -n, LimitNOFILE)"
+    )
 
 
 def test_a_worker_whose_port_is_taken_says_so(env: dict[str, str]) -> None:
@@ -232,4 +275,6 @@ def test_partners_add_takes_a_batch_policy(env: dict[str, str], capsys: pytest.C
     code, _, error = run(capsys, "partners", "add", "--name", "P", "--url", "http://127.0.0.1:9/h",
                          "--batch-events", "room.claimed")  # fmt: skip
     assert code != 0
-    assert [(item["field"], item["code"]) for item in error["errors"]] == [("batch.events.0", "not_batchable")]
+    assert [(item["field"], item["code"]) for item in error["errors"]] == [
+        ("batch.events.0", "not_batchable")
+    ]

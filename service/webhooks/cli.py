@@ -191,6 +191,7 @@ def cmd_prune(args: argparse.Namespace, settings: Settings) -> int:
 async def _work(settings: Settings, args: argparse.Namespace) -> int:
     """Deliver until SIGINT or SIGTERM, with /healthz, /readyz and /metrics on the worker's port."""
     from service import collector, shutdown
+    from service.connections import worker_concurrency
     from service.db.engine import create_engine
     from service.metrics import Metrics
     from service.webhooks import worker_http
@@ -202,12 +203,19 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     metrics = Metrics()
+    concurrency = worker_concurrency(args.concurrency)
+    if concurrency < args.concurrency:
+        log.warning(
+            "the open-file limit allows %d attempts in flight, not %d; raise it (ulimit -n, LimitNOFILE)",
+            concurrency,
+            args.concurrency,
+        )
     worker = wiring.worker(
         engine,
         settings,
         clock=utc_now,
         metrics=metrics,
-        concurrency=args.concurrency,
+        concurrency=concurrency,
         keyring=keyring,
     )
     app = worker_http.create_app(
