@@ -23,11 +23,13 @@ from __future__ import annotations
 import re
 
 # RFC 9110 section 5.6.2: every header line is a token, a colon and a value without CR or LF. The
-# whole block is matched at once: 12 µs for a ten-header head here, where a loop over the lines
-# took 24 µs (a loaded two-core machine).
+# whole block is matched at once, which also refuses a continuation line (it starts with no token)
+# and a bare CR or LF (neither can stand alone in a line): a clean head, nearly every one, costs one
+# match and one scan for Content-Length, about 1 µs here against 4.2 for the five checks in turn
+# (tests/test_framing.py holds the two to the same answers). A refused head is looked at again to
+# say why.
 _FIELDS = re.compile(rb"(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*)*")
-_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)", re.IGNORECASE)
-_TRANSFER_ENCODING = re.compile(rb"\r\ntransfer-encoding:", re.IGNORECASE)
+_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)")
 
 
 def framing_fault(head: bytes) -> str | None:
@@ -37,18 +39,26 @@ def framing_fault(head: bytes) -> str | None:
     if start == -1:
         return None  # a request line alone
     fields = head[start:]
+    if not _FIELDS.fullmatch(fields):
+        return _malformed(fields)
+    lowered = fields.lower()  # header names are case-insensitive; digits are unchanged
+    if b"\r\ncontent-length:" not in lowered:
+        return None
+    lengths = _LENGTH.findall(lowered)
+    if any(not length.isdigit() for length in lengths):  # bytes.isdigit is ASCII only
+        return "a Content-Length that is not ASCII digits"
+    if len(lengths) > 1:
+        return "more than one Content-Length"
+    if b"\r\ntransfer-encoding:" in lowered:
+        return "both Content-Length and Transfer-Encoding"
+    return None
+
+
+def _malformed(fields: bytes) -> str:
+    """What is wrong with header lines the block match refused."""
     if b"\r\n " in fields or b"\r\n\t" in fields:
         return "a header continuation line"
     crlf = fields.count(b"\r\n")
     if fields.count(b"\r") != crlf or fields.count(b"\n") != crlf:
         return "a bare CR or LF in a header line"
-    if not _FIELDS.fullmatch(fields):
-        return "a header name that is not a token"
-    lengths = _LENGTH.findall(fields)
-    if any(not length.isdigit() for length in lengths):  # bytes.isdigit is ASCII only
-        return "a Content-Length that is not ASCII digits"
-    if len(lengths) > 1:
-        return "more than one Content-Length"
-    if lengths and _TRANSFER_ENCODING.search(fields):
-        return "both Content-Length and Transfer-Encoding"
-    return None
+    return "a header name that is not a token"

@@ -5,11 +5,14 @@ server (``python -m service serve``)."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.db.engine import migrate
 from service.framing import framing_fault
@@ -183,8 +186,66 @@ def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
         (b"GET / HTTP/1.1\r\nContent-Length: 2, 2", "a Content-Length that is not ASCII digits"),
         (b"GET / HTTP/1.1\r\nContent-Length: 2\r\ncontent-length: 2", "more than one Content-Length"),
         (b"GET / HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked", "both Content-Length and Transfer-Encoding"),
+        (b"GET / HTTP/1.1\r\ntransfer-encoding:chunked\r\nCONTENT-LENGTH:2", "both Content-Length and Transfer-Encoding"),
+        (b"GET / HTTP/1.1\r\nTransfer-Encoding: chunked", None),
+        (b"GET / HTTP/1.1\r\ncontent-length:\t3\t", None),
+        (b"GET / HTTP/1.1\r\nX-Content-Length: x\r\nX-Transfer-Encoding: y", None),
+        (b"GET / HTTP/1.1\r\nHost: x\r\n", "a header name that is not a token"),
     ],
 )
 def test_framing_fault(head: bytes, fault: str | None) -> None:
     """The raw head is held to RFC 9110's framing, naming what is wrong."""
     assert framing_fault(head) == fault
+
+
+# The five checks one after another, as the service first made them: framing_fault takes a faster
+# path through the same rules, and must come to the same answer on every head.
+_TOKEN_LINES = re.compile(rb"(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*)*")
+_ANY_CASE_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)", re.IGNORECASE)
+
+
+def check_in_turn(head: bytes) -> str | None:
+    start = head.find(b"\r\n")
+    if start == -1:
+        return None
+    fields = head[start:]
+    if b"\r\n " in fields or b"\r\n\t" in fields:
+        return "a header continuation line"
+    crlf = fields.count(b"\r\n")
+    if fields.count(b"\r") != crlf or fields.count(b"\n") != crlf:
+        return "a bare CR or LF in a header line"
+    if not _TOKEN_LINES.fullmatch(fields):
+        return "a header name that is not a token"
+    lengths = _ANY_CASE_LENGTH.findall(fields)
+    if any(not length.isdigit() for length in lengths):
+        return "a Content-Length that is not ASCII digits"
+    if len(lengths) > 1:
+        return "more than one Content-Length"
+    if lengths and re.search(rb"\r\ntransfer-encoding:", fields, re.IGNORECASE):
+        return "both Content-Length and Transfer-Encoding"
+    return None
+
+
+# Header lines built from what framing turns on: names in any case (and with stray spaces),
+# separators, values that are digits and that are not, and raw bytes (CR, LF, tabs, NUL) anywhere.
+_NAMES = st.sampled_from(
+    [b"Host", b"Content-Length", b"CONTENT-LENGTH", b"content-length", b"Transfer-Encoding",
+     b"transfer-encoding", b"X-A", b"Host ", b" Host", b"\tX", b"", b"Content-Length\r"]
+)  # fmt: skip
+_SEPARATORS = st.sampled_from([b":", b": ", b":\t", b": \t", b" :", b""])
+_VALUES = st.sampled_from(
+    [b"x", b"12", b"0", b" 7 ", b"+2", b"\xd9\xa2", b"2, 2", b"1_0", b"chunked", b"a\rb", b"a\nb",
+     b"\x00", b"\xff", b""]
+)  # fmt: skip
+_LINE = st.one_of(
+    st.tuples(_NAMES, _SEPARATORS, _VALUES).map(b"".join),
+    st.lists(st.sampled_from([b"\r", b"\n", b" ", b"\t", b"a", b":"]), max_size=4).map(b"".join),
+)
+_LINES = st.lists(_LINE, max_size=5)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(_LINES)
+def test_framing_fault_agrees_with_the_checks_made_in_turn(lines: list[bytes]) -> None:
+    head = b"\r\n".join([b"GET / HTTP/1.1", *lines])
+    assert framing_fault(head) == check_in_turn(head)
