@@ -99,3 +99,15 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     if kind == JSON:
         return parse_json_object(raw)
     return parse_form(raw)
+
+
+def read_no_body(request: Request) -> None:
+    """Nothing, for a route that takes no input: no body, or an empty JSON object. A member is
+    refused, never ignored: one meant to narrow the action (``{"deliveryId": ...}`` on a partner's
+    retry) would otherwise see the whole action run."""
+    if not (request.body or b"").strip():
+        return
+    members = read_body(request, form=False)
+    if members:
+        message = "This route takes no body members."
+        raise BadRequest(errors=[FieldError(name, "unknown_field", message) for name in members])

@@ -59,6 +59,10 @@ Email = Annotated[
 Text = Annotated[str, AfterValidator(_clean_text), Field(json_schema_extra={"pattern": NO_NUL})]
 
 
+# The optional text members and their limits, in characters.
+_OPTIONAL_TEXT = {"project": 120, "message": 600}
+
+
 class WaitlistRequest(BaseModel):
     """A registration of interest: claim a room, follow rooms, or add arcade."""
 
@@ -81,15 +85,17 @@ class WaitlistRequest(BaseModel):
     # `null` is a type error (docs/architecture.md "Waitlist intake": nulls are 400) while an absent
     # member stays None.
     project: Text = Field(  # type: ignore[assignment]
-        default=None, max_length=120, description="Project, ticker, collection or launch name."
+        default=None,
+        max_length=_OPTIONAL_TEXT["project"],
+        description="Project, ticker, collection or launch name.",
     )
     message: Text = Field(  # type: ignore[assignment]
-        default=None, max_length=600, description="Context for the service team."
+        default=None, max_length=_OPTIONAL_TEXT["message"], description="Context for the service team."
     )
 
 
 class WaitlistResponse(BaseModel):
-    model_config = ConfigDict(title="WaitlistResponse")
+    model_config = ConfigDict(title="WaitlistResponse", json_schema_extra=omit_nulls)
 
     ok: bool = Field(description="true: the registration is stored (a repeat answers the same).")
     message: str | None = Field(default=None, description="A sentence to show the person registering.")
@@ -121,11 +127,17 @@ def _field_error(detail: ErrorDetails) -> FieldError:
 
 
 def _blank_optional_as_absent(body: dict[str, Any]) -> dict[str, Any]:
-    # An HTML form sends `project=` when the box is left empty; that means "not given".
+    # An HTML form sends `project=` when the box is left empty; that means "not given". Blank past
+    # the limit is too long like any other text, as the published schema says.
     return {
         key: value
         for key, value in body.items()
-        if not (key in ("project", "message") and isinstance(value, str) and not value.strip())
+        if not (
+            key in _OPTIONAL_TEXT
+            and isinstance(value, str)
+            and not value.strip()
+            and len(value) <= _OPTIONAL_TEXT[key]
+        )
     }
 
 

@@ -12,7 +12,7 @@ import sys
 from typing import Any
 
 import pytest
-from webhook_helpers import AUTH, room_claimed, settings
+from webhook_helpers import AUTH, onboard, publish, room_claimed, settings
 
 from service.cli import build_parser, main
 from service.db.tables import events
@@ -55,6 +55,44 @@ def test_a_parameter_without_a_value_is_not_ignored(
         400,
         [(field, code)],
     )
+
+
+@pytest.mark.parametrize(
+    ("method", "action"),
+    [
+        ("post", "pause"),
+        ("post", "resume"),
+        ("post", "test"),
+        ("post", "retry"),
+        ("delete", ""),
+        ("post", "resend"),
+    ],
+)
+def test_an_action_that_takes_no_body_refuses_members_and_does_nothing(
+    make_client: Any, method: str, action: str
+) -> None:
+    """A member meant to narrow an action (`{"deliveryId": ...}` on a retry) is refused naming it,
+    and the action does not run; no body, or an empty object, runs it."""
+    with make_client(**settings()) as client:
+        partner = onboard(client, "http://127.0.0.1:9/hook")
+        publish(client, room_claimed())
+        before = client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json
+        delivery = client.get("/admin/deliveries", headers=AUTH).json["deliveries"][0]["id"]
+        path = f"/admin/deliveries/{delivery}/resend" if action == "resend" else f"/admin/partners/{partner['id']}"
+        if action and action != "resend":
+            path += f"/{action}"
+        send = getattr(client, method)
+        refused = send(path, json={"deliveryId": delivery, "bogus": 1}, headers=AUTH)
+        after = client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json
+        not_json = send(path, content="x", headers={**AUTH, "content-type": "text/plain"})
+        empty = send(path, json={}, headers=AUTH)
+    assert (refused.status, [(e["field"], e["code"]) for e in refused.json["errors"]]) == (
+        400,
+        [("deliveryId", "unknown_field"), ("bogus", "unknown_field")],
+    )
+    assert after == before  # not paused, not removed, no test delivery counted
+    assert not_json.status == 415
+    assert empty.status in (200, 202, 204), empty.json
 
 
 def test_an_erasure_with_the_address_given_twice_erases_nothing(make_client: Any) -> None:

@@ -80,6 +80,20 @@ def test_waitlist_request_schema_is_the_models_own(openapi):
     assert "Retry-After" in responses["429"]["headers"]
 
 
+def test_no_schema_admits_a_null_the_service_never_sends(openapi):
+    """Optional members are absent or a value, never null (the spec's types have no null), so no
+    component's property offers a null branch to generated clients; the one member sent as null
+    is a test vector's reason for refusing, when a verifier accepts."""
+    nullable = [
+        f"{name}.{member}"
+        for name, schema in openapi["components"]["schemas"].items()
+        for member, prop in schema.get("properties", {}).items()
+        if {"type": "null"} in prop.get("anyOf", []) or prop.get("type") == "null"
+    ]
+    assert nullable == ["Expectation.reason"]
+    assert openapi["components"]["schemas"]["WaitlistResponse"]["properties"]["message"]["type"] == "string"
+
+
 def test_webhooks_describe_every_event_kind(openapi):
     """OpenAPI webhooks carry one signed POST per event kind, its body the payload model's schema."""
     assert list(openapi["webhooks"]) == list(EVENT_MODELS)

@@ -13,7 +13,7 @@ from sanic.response import empty
 from sanic.response import json as json_response
 
 from service.admin import admin_blueprint, query_args
-from service.bodies import read_body
+from service.bodies import read_body, read_no_body
 from service.webhooks.operations import DeliveryFilter, Operations
 
 
@@ -43,19 +43,23 @@ def create_blueprint() -> Blueprint:
 
     @bp.delete("/partners/<partner_id:str>")
     async def remove(request: Request, partner_id: str) -> HTTPResponse:
+        read_no_body(request)
         await _ops(request).remove(partner_id)
         return empty()
 
     @bp.post("/partners/<partner_id:str>/pause")
     async def pause(request: Request, partner_id: str) -> HTTPResponse:
+        read_no_body(request)
         return json_response(await _ops(request).pause(partner_id))
 
     @bp.post("/partners/<partner_id:str>/resume")
     async def resume(request: Request, partner_id: str) -> HTTPResponse:
+        read_no_body(request)
         return json_response(await _ops(request).resume(partner_id))
 
     @bp.post("/partners/<partner_id:str>/test")
     async def test(request: Request, partner_id: str) -> HTTPResponse:
+        read_no_body(request)
         return json_response(await _ops(request).test(partner_id))
 
     @bp.post("/partners/<partner_id:str>/rotate-secret")
@@ -66,6 +70,7 @@ def create_blueprint() -> Blueprint:
 
     @bp.post("/partners/<partner_id:str>/retry")
     async def retry(request: Request, partner_id: str) -> HTTPResponse:
+        read_no_body(request)
         return json_response(await _ops(request).retry(partner_id))
 
     @bp.post("/events")
@@ -83,6 +88,7 @@ def create_blueprint() -> Blueprint:
 
     @bp.post("/deliveries/<delivery_id:str>/resend")
     async def resend(request: Request, delivery_id: str) -> HTTPResponse:
+        read_no_body(request)
         return json_response(await _ops(request).resend(delivery_id), status=202)
 
     @bp.get("/workers")
