@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from sanic import Request
+from sanic.compat import Header
 from sanic.exceptions import BadRequest, BadURL
 from sanic.server.protocols.http_protocol import HttpProtocol
 
@@ -178,16 +179,28 @@ class GuardedRequest(Request):
     connection (Sanic keeps no connection alive after an error in reading a request).
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    # Sanic's own parameters, named: passed on as they came, without a tuple and a dict packed and
+    # unpacked on every request (a microsecond of the documents' 30).
+    def __init__(
+        self,
+        url_bytes: bytes,
+        headers: Header,
+        version: str,
+        method: str,
+        transport: Any,
+        app: Any,
+        head: bytes = b"",
+        stream_id: int = 0,
+    ) -> None:
         try:
-            super().__init__(*args, **kwargs)
+            super().__init__(url_bytes, headers, version, method, transport, app, head, stream_id)
         except BadURL:
-            if kwargs.get("head"):
+            if head:
                 raise  # a request whose target is no URL: 400, through the empty request below
             # The empty request Sanic makes to answer that 400 carries the same target, which would
             # fail again and leave the connection without an answer (Sanic 25.12): it is made for
             # the target "*", as when no target was read at all.
-            super().__init__(*args, **{**kwargs, "url_bytes": b"*"})
+            super().__init__(b"*", headers, version, method, transport, app, head, stream_id)
         if not self.head:
             return  # the empty request Sanic makes to answer an error: nothing was read
         protocol = self.transport.get_protocol() if self.transport is not None else None
