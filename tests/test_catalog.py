@@ -9,14 +9,17 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from service.discovery.catalog import (
+    DEFAULT_TERMS,
     INTERFACE_VERSION,
     PUBLIC_API_VERSION,
     SCHEMA_VERSION,
+    DeliveryTerms,
     catalog_document,
     event_document,
 )
 from service.events import dump_payload, parse_event
 from service.exceptions import InvalidInput
+from service.settings import Settings
 from service.webhooks.signing import signature_description
 
 SIGNATURE_LINKS = {
@@ -308,6 +311,66 @@ def test_subscription_model_states_onboarding_and_retry_policy() -> None:
         "payload is described by testEvent."
     )
     assert CATALOG["subscriptionModel"]["delivery"] == CATALOG["deliveryModel"]
+
+
+def _retry(terms: DeliveryTerms) -> str:
+    return str(catalog_document(BASE_URL, terms)["subscriptionModel"]["retry"])
+
+
+def test_the_retry_text_states_the_configured_timeout_and_schedule() -> None:
+    """SERVICE_WEBHOOK_TIMEOUT=5 SERVICE_WEBHOOK_RETRY_SCHEDULE=1,2.5 is what the catalog promises, not the defaults."""
+    terms = DeliveryTerms.from_settings(
+        Settings(database_url="sqlite:///unused.db", webhook_timeout="5", webhook_retry_schedule="1,2.5")
+    )
+    assert terms == DeliveryTerms(timeout=5.0, schedule=(1.0, 2.5))
+    assert _retry(terms) == (
+        "A 2xx answer within 5 seconds is success. Any other status, a timeout or a refused connection is "
+        "retried after 1, 2.5 seconds (each ±20% jitter; redirects are not followed). A Retry-After header "
+        "(seconds or an HTTP date) may lengthen the next wait, up to the larger of the scheduled delay and "
+        "3600 seconds, but never shortens it. A 410 answer pauses the partner: nothing more is sent until it "
+        "is resumed, and then that delivery goes out again with everything that waited. When the schedule is "
+        "exhausted the delivery is failed until an admin retries it. A retry keeps its x-service-delivery "
+        "(webhook-id) id and is signed with a fresh timestamp."
+    )
+    others = {key: value for key, value in catalog_document(BASE_URL, terms).items() if key != "subscriptionModel"}
+    assert others == {key: value for key, value in CATALOG.items() if key != "subscriptionModel"}
+
+
+def test_the_default_settings_give_the_default_catalog() -> None:
+    """The defaults, left unset or written out as environment strings, state 15 s and the default schedule,
+    in the very words (and so the ETag) of the catalog before the terms were configurable."""
+    written_out = Settings(
+        database_url="sqlite:///unused.db",
+        webhook_timeout="15",
+        webhook_retry_schedule="5,300,1800,7200,18000,36000,36000",
+    )
+    for settings in (Settings(database_url="sqlite:///unused.db"), written_out):
+        terms = DeliveryTerms.from_settings(settings)
+        assert catalog_document(BASE_URL, terms) == CATALOG
+        assert json.dumps(catalog_document(BASE_URL, terms)) == json.dumps(catalog_document(BASE_URL))
+    assert _retry(DEFAULT_TERMS).startswith(
+        "A 2xx answer within 15 seconds is success. Any other status, a timeout or a refused connection is "
+        "retried after 5, 300, 1800, 7200, 18000, 36000, 36000 seconds "
+    )
+
+
+def test_an_empty_schedule_is_stated_as_no_retry() -> None:
+    """SERVICE_WEBHOOK_RETRY_SCHEDULE= makes one attempt: the text says so instead of "retried after  seconds"."""
+    retry = _retry(DeliveryTerms(timeout=0.5, schedule=()))
+    assert retry == (
+        "A 2xx answer within 0.5 seconds is success. Any other status, a timeout or a refused connection is "
+        "not retried (redirects are not followed): the delivery is failed until an admin retries it. A 410 "
+        "answer pauses the partner: nothing more is sent until it is resumed, and then that delivery goes "
+        "out again with everything that waited. A retry keeps its x-service-delivery (webhook-id) id and is "
+        "signed with a fresh timestamp."
+    )
+
+
+def test_configured_seconds_are_written_exactly() -> None:
+    """A long delay reads as configured: 1234567, not 1.23457e+06 (which is another number)."""
+    retry = _retry(DeliveryTerms(timeout=120, schedule=(0.25, 1_234_567, 1_209_600.0)))
+    assert "within 120 seconds" in retry
+    assert "retried after 0.25, 1234567, 1209600 seconds" in retry
 
 
 @pytest.mark.parametrize("kind", list(SPEC))

@@ -96,3 +96,22 @@ def test_catalog_routes_are_read_only(make_client, path, method):
         405,
         {"ok": False, "message": "This method is not allowed here."},
     )
+
+
+def test_the_catalog_states_this_deployments_timeout_and_schedule(make_client):
+    """subscriptionModel.retry names SERVICE_WEBHOOK_TIMEOUT and SERVICE_WEBHOOK_RETRY_SCHEDULE as
+    configured: partners build to it, so it must not promise 15 seconds when the worker waits 5."""
+    with make_client(base_url=BASE, webhook_timeout=5, webhook_retry_schedule="1,2.5") as client:
+        retry = client.get("/api/v1/webhooks/events").json["subscriptionModel"]["retry"]
+    assert retry.startswith(
+        "A 2xx answer within 5 seconds is success. Any other status, a timeout or a refused connection is "
+        "retried after 1, 2.5 seconds (each ±20% jitter; "
+    )
+    assert "15 seconds" not in retry
+    assert "36000" not in retry
+    with make_client(base_url=BASE) as client:
+        retry = client.get("/api/v1/webhooks/events").json["subscriptionModel"]["retry"]
+    assert retry.startswith(
+        "A 2xx answer within 15 seconds is success. Any other status, a timeout or a refused connection is "
+        "retried after 5, 300, 1800, 7200, 18000, 36000, 36000 seconds (each ±20% jitter; "
+    )

@@ -13,6 +13,7 @@ from llms_txt import parse_llms_file
 from analytics import pages as rendering
 from service.discovery.partner_pages import CONTENT_SECURITY_POLICY, UnfilledPage, fill
 from service.partner_docs import BASE_URL_TOKEN
+from service.settings import Settings
 
 BASE = "https://partners.example/launch"
 ROOT = Path(__file__).resolve().parents[1]
@@ -173,3 +174,15 @@ def test_discovery_documents_link_the_pages(make_client):
     assert catalog["signature"]["testVectors"] == f"{BASE}/api/v1/webhooks/test-vectors"
     assert f"{BASE}/api/v1/webhooks/test-vectors" in catalog["signature"]["verification"]
     assert set(linked.values()) == {200}
+
+
+def test_the_catalog_page_sends_partners_to_the_catalogs_timeout_and_schedule():
+    """The page is rendered before any deployment is configured, so it promises no timeout of its own:
+    it gives the default only as the default and names subscriptionModel.retry, which states the
+    deployment's SERVICE_WEBHOOK_TIMEOUT and SERVICE_WEBHOOK_RETRY_SCHEDULE."""
+    default = Settings.model_fields["webhook_timeout"].default
+    for name in ("event-catalog.md", "event-catalog.html"):
+        text = " ".join((STORED / name).read_text(encoding="utf-8").split())
+        assert f"The timeout ({default:g} seconds by default) and the retry schedule" in text, name
+        assert "subscriptionModel.retry" in text, name
+        assert re.findall(r"within \d+(?:\.\d+)? s(?:econds)?\b", text) == [], name

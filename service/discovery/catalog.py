@@ -1,11 +1,13 @@
 """The public webhook event catalog and single-event schema documents.
 
 Both are derived from the models in ``service.events`` and the signer's own description, so a
-new member or kind shows up here without anyone editing this file. Pure functions of ``base_url``.
+new member or kind shows up here without anyone editing this file. Pure functions of ``base_url``
+and, for the catalog's retry text, the deployment's ``DeliveryTerms``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from service.events import (
@@ -40,10 +42,30 @@ CATALOG_KIND = "service.project.webhook-catalog"
 EVENT_SCHEMA_KIND = "service.public.webhook-event-schema"
 DELIVERY_STATUS = "schema-ready"  # for every event (docs/architecture.md "Events and the catalog")
 
-# The catalog describes the platform's promise, the documented default retry policy
-# (docs/architecture.md "Retries"), not whatever one deployment overrides it with.
 RETRY_JITTER = JITTER
-ATTEMPT_TIMEOUT = Settings.model_fields["webhook_timeout"].default  # SERVICE_WEBHOOK_TIMEOUT
+DEFAULT_ATTEMPT_TIMEOUT: float = Settings.model_fields["webhook_timeout"].default
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryTerms:
+    """The attempt timeout and retry schedule the catalog promises partners.
+
+    Partners build their endpoints to what the catalog says, so it states the deployment's own
+    ``SERVICE_WEBHOOK_TIMEOUT`` and ``SERVICE_WEBHOOK_RETRY_SCHEDULE`` (the servers and the delivery
+    workers read the same settings), not the defaults: an endpoint written to answer within the
+    default 15 seconds fails where the worker waits 5. The defaults are for callers describing the
+    document's shape, not a deployment.
+    """
+
+    timeout: float = DEFAULT_ATTEMPT_TIMEOUT
+    schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> DeliveryTerms:
+        return cls(timeout=settings.webhook_timeout, schedule=tuple(settings.webhook_retry_schedule))
+
+
+DEFAULT_TERMS = DeliveryTerms()
 
 DELIVERY_MODEL = (
     "Signed HTTPS POST of the event payload as JSON to partner-owned endpoints, only for partners "
@@ -85,18 +107,41 @@ SAFETY_BOUNDARIES = [
 ]
 
 
-def _retry_text() -> str:
-    delays = ", ".join(f"{delay:g}" for delay in DEFAULT_RETRY_SCHEDULE)
+def _seconds(value: float) -> str:
+    """A number of seconds as written in the settings: 15, 2.5, 1209600 (``:g`` would round
+    that to 1.2096e+06, and a configured 1234567 to a different number). The default schedule
+    holds ints, which Settings does not convert."""
+    value = float(value)
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _retry_text(terms: DeliveryTerms) -> str:
+    """``subscriptionModel.retry`` in the deployment's terms; an empty schedule (one attempt) is
+    said as no retry, not as "retried after  seconds"."""
+    answer = (
+        f"A 2xx answer within {_seconds(terms.timeout)} seconds is success. Any other status, a "
+        "timeout or a refused connection "
+    )
+    paused = (
+        "A 410 answer pauses the partner: nothing more is sent until it is resumed, and then that "
+        "delivery goes out again with everything that waited. "
+    )
+    same_id = (
+        f"A retry keeps its x-service-delivery ({STANDARD_ID_HEADER}) id and is signed with a "
+        "fresh timestamp."
+    )
+    if not terms.schedule:
+        return (
+            answer + "is not retried (redirects are not followed): the delivery is failed until an "
+            "admin retries it. " + paused + same_id
+        )
+    delays = ", ".join(_seconds(delay) for delay in terms.schedule)
     return (
-        f"A 2xx answer within {ATTEMPT_TIMEOUT:g} seconds is success. Any other status, a "
-        "timeout or a refused connection is retried "
-        f"after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects are not followed). "
-        "A Retry-After header (seconds or an HTTP date) may lengthen the next wait, up to the "
-        f"larger of the scheduled delay and {MAX_RETRY_AFTER:g} seconds, but never shortens it. "
-        "A 410 answer pauses the partner: nothing more is sent until it is resumed, and then "
-        "that delivery goes out again with everything that waited. When the schedule is "
-        "exhausted the delivery is failed until an admin retries it. A retry keeps its "
-        f"x-service-delivery ({STANDARD_ID_HEADER}) id and is signed with a fresh timestamp."
+        answer + f"is retried after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects "
+        "are not followed). A Retry-After header (seconds or an HTTP date) may lengthen the next "
+        f"wait, up to the larger of the scheduled delay and {MAX_RETRY_AFTER:g} seconds, but never "
+        "shortens it. " + paused + "When the schedule is exhausted the delivery is failed until an "
+        "admin retries it. " + same_id
     )
 
 
@@ -193,7 +238,7 @@ def batch_delivery_entry() -> dict[str, Any]:
     }
 
 
-def _subscription_model() -> dict[str, str]:
+def _subscription_model(terms: DeliveryTerms) -> dict[str, str]:
     return {
         "delivery": DELIVERY_MODEL,
         "onboarding": (
@@ -202,7 +247,7 @@ def _subscription_model() -> dict[str, str]:
             "subscription to chosen event kinds; pausing, testing, retrying and secret rotation "
             "are admin operations too."
         ),
-        "retry": _retry_text(),
+        "retry": _retry_text(terms),
         "testDelivery": _test_delivery_text(),
         "batching": _batching_text(),
     }
@@ -241,8 +286,9 @@ def event_entry(base_url: str, model: type[EventPayload]) -> dict[str, Any]:
     }
 
 
-def catalog_document(base_url: str) -> dict[str, Any]:
-    """The webhook event catalog served at ``/api/v1/webhooks/events``."""
+def catalog_document(base_url: str, terms: DeliveryTerms = DEFAULT_TERMS) -> dict[str, Any]:
+    """The webhook event catalog served at ``/api/v1/webhooks/events``; ``terms``: the
+    deployment's timeout and retry schedule, which ``subscriptionModel.retry`` states."""
     return {
         "kind": CATALOG_KIND,
         "schemaVersion": SCHEMA_VERSION,
@@ -253,7 +299,7 @@ def catalog_document(base_url: str) -> dict[str, Any]:
         "rateLimits": dict(RATE_LIMITS),
         "safetyBoundaries": list(SAFETY_BOUNDARIES),
         "signature": signature(base_url),
-        "subscriptionModel": _subscription_model(),
+        "subscriptionModel": _subscription_model(terms),
         "testEvent": webhook_test_entry(),
         "batchDelivery": batch_delivery_entry(),
     }

@@ -1,9 +1,10 @@
 """Every read-only document of the service, rendered when the app is built.
 
-Static documents depend only on the content file, ``base_url`` and the models, so they are
-rendered once per process start (a content change takes a restart). ``sitemap.xml`` also lists
-the rooms named by published events, which change while the server runs; ``RoomSitemap`` keeps
-it current:
+Static documents depend only on the content file, ``base_url``, the models and the delivery terms
+the catalog promises (``SERVICE_WEBHOOK_TIMEOUT``, ``SERVICE_WEBHOOK_RETRY_SCHEDULE``), so they are
+rendered once per process start (a content or settings change takes a restart). ``sitemap.xml``
+also lists the rooms named by published events, which change while the server runs;
+``RoomSitemap`` keeps it current:
 
 - In this process, the publisher calls ``Discovery.rooms_changed()`` after storing an event, and
   the next request re-renders.
@@ -26,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service.clock import Clock
 from service.db.rooms import known_rooms, latest_event_time
 from service.discovery.caching import CachedDocument, cached, json_bytes
-from service.discovery.catalog import catalog_document, event_document
+from service.discovery.catalog import DeliveryTerms, catalog_document, event_document
 from service.discovery.content import Content, load_content
 from service.discovery.llms import llms_full_txt, llms_txt
 from service.discovery.manifest import agent_manifest, api_index, public_room_schema
@@ -142,8 +143,10 @@ class Discovery:
         self.sitemap.rooms_changed()
 
 
-def render_documents(content: Content, base_url: str) -> dict[str, CachedDocument]:
-    """Every static document by path. Pure: the same input gives the same bytes and ETags."""
+def render_documents(content: Content, base_url: str, terms: DeliveryTerms) -> dict[str, CachedDocument]:
+    """Every static document by path. Pure: the same input gives the same bytes and ETags.
+    ``terms`` has no default: a catalog stating the defaults where the worker is configured
+    otherwise misleads every partner who builds to it."""
     manifest = agent_manifest(content, base_url).model_dump(mode="json", exclude_none=True)
     agent_json = cached(json_bytes(manifest), JSON)
     return {
@@ -156,7 +159,7 @@ def render_documents(content: Content, base_url: str) -> dict[str, CachedDocumen
         ROBOTS.path: cached(robots_txt(base_url), ROBOTS.media_type),
         API_INDEX.path: cached(json_bytes(api_index(base_url).model_dump(mode="json")), JSON),
         OPENAPI.path: cached(json_bytes(openapi_document(content, base_url)), JSON),
-        CATALOG.path: cached(json_bytes(catalog_document(base_url)), JSON),
+        CATALOG.path: cached(json_bytes(catalog_document(base_url, terms)), JSON),
         TEST_VECTORS.path: cached(json_bytes(vectors_document(base_url)), JSON),
     }
 
@@ -176,7 +179,7 @@ def build_discovery(settings: Settings, clock: Clock) -> Discovery:
     base_url = settings.base_url
     return Discovery(
         content=content,
-        documents=render_documents(content, base_url),
+        documents=render_documents(content, base_url, DeliveryTerms.from_settings(settings)),
         event_documents=render_event_documents(base_url),
         sitemap=RoomSitemap(lambda rooms: sitemap_xml(content, base_url, rooms), clock),
         partner_pages=partner_pages(base_url),
