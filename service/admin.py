@@ -9,6 +9,9 @@ Wrong tokens are counted per client on the rate-limit storage; a client over the
 429 for its wrong tokens until its window frees a slot. A request without credentials counts
 nothing, and the right token is never refused by the throttle.
 
+Other prefixes may answer what routing refuses under them their own way (``guard``'s
+``elsewhere``: the console's pages, with its session check and security headers).
+
 Every admin blueprint also records who is calling (the client address) for the audit trail
 (``service.audit``), which the operations write; the waitlist routes are thin adapters over
 ``service.registrations_ops``.
@@ -20,7 +23,7 @@ import hmac
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -86,8 +89,13 @@ class FailedAttempts:
         return max(1, math.ceil(stats.reset_time - time.time()))
 
 
+def is_under(path: str, prefix: str) -> bool:
+    """Whether ``path`` is ``prefix`` or below it (``/admin/x``, never ``/administrator``)."""
+    return path == prefix or path.startswith(prefix + "/")
+
+
 def is_admin_path(path: str) -> bool:
-    return path == PREFIX or path.startswith(PREFIX + "/")
+    return is_under(path, PREFIX)
 
 
 def tokens_match(given: str, expected: str) -> bool:
@@ -147,14 +155,23 @@ async def check_token(request: Request) -> None:
     raise Unauthorized(headers=challenge)
 
 
-def guard(app: Sanic[Any, Any]) -> None:
-    """Answer unknown ``/admin`` paths and wrong methods like any request without the token.
+# The answer to a request routing refused (404, or 405 with its ``Allow``) under a prefix that
+# answers those its own way.
+Unrouted = Callable[[Request, SanicException], Awaitable[HTTPResponse]]
+
+
+def guard(app: Sanic[Any, Any], elsewhere: Mapping[str, Unrouted] | None = None) -> None:
+    """Answer unknown ``/admin`` paths and wrong methods like any request without the token, and
+    those under each prefix of ``elsewhere`` with that prefix's own answer.
 
     The admin blueprints check the token on every route they have (``admin_blueprint``); what
     routing refuses (404, 405 with its ``Allow``) reaches this handler instead, which checks the
-    token first, so a client without it learns nothing about which routes exist. Only refused
-    requests pay for this: a signal before routing would cost every request of the service.
+    token first, so a client without it learns nothing about which routes exist. A blueprint's
+    middleware never runs for a request no route took, so the console, whose guard and headers
+    are its blueprint's, answers its own refusals through ``elsewhere``. Only refused requests pay
+    for this: a signal or an app-wide middleware would cost every request of the service.
     """
+    owners = dict(elsewhere or {})
 
     async def unrouted(request: Request, exception: SanicException) -> HTTPResponse:
         if is_admin_path(request.path):
@@ -162,6 +179,9 @@ def guard(app: Sanic[Any, Any]) -> None:
                 await check_token(request)
             except SanicException as refused:  # 404 (no token configured), 401, 429, 503
                 return error_response(request, refused)
+        for prefix, answer in owners.items():
+            if is_under(request.path, prefix):
+                return await answer(request, exception)
         return error_response(request, exception)
 
     app.exception(SanicNotFound, MethodNotAllowed)(unrouted)

@@ -120,14 +120,16 @@ def create_app(
     app.ctx.trusts_proxies = waitlist.trusts_proxies(app.config)
     # Loaded now, so a PostgreSQL database without SERVICE_SECRETS_KEY stops the start with the reason.
     app.ctx.keyring = load_keyring(settings)
-    admin.guard(app)
     app.blueprint(health.create_blueprint())
     app.blueprint(waitlist.create_blueprint(clock))
     app.blueprint(cors.create_blueprint())
     app.blueprint(admin.create_blueprint(scrape.refresh_gauges))
     app.blueprint(webhook_admin.create_blueprint())
+    unrouted: dict[str, admin.Unrouted] = {}  # who answers what routing refuses, by prefix
     if settings.admin_token:  # the console signs in with it; without one, /console is 404
-        app.blueprint(console.create_blueprint(settings, clock))
+        pages, unrouted[console.PATH] = console.create_blueprint(settings, clock)
+        app.blueprint(pages)
+    admin.guard(app, unrouted)
     # Rendered now, so a bad content file stops the start before anything is served.
     app.ctx.discovery = build_discovery(settings, clock)
     app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))

@@ -13,7 +13,9 @@ Each call writes one INFO line on the ``service.audit`` logger, for example::
 - which: ``partner``, ``delivery``, ``event`` and ``registration``, read from the arguments named
   ``partner_id``, ``delivery_id``, ``event_id`` and ``email`` (an address is masked as every log
   line masks them) and from the answer's ``partnerId``, ``eventId`` and ``deliveryId`` members (an
-  operation whose answer names its resource otherwise says so with ``reports``);
+  operation whose answer names its resource otherwise, or counts what it did, says so with
+  ``reports``: a replay's ``requeued``); an operation that learns what it acts on only by reading a
+  body (a replay's filter) says so with ``note`` once the body is read and checked;
 - the outcome: ``ok``, or ``error`` with the ``status`` the admin API answers for it.
 
 Nothing else of the input or the answer is written, so no secret ever is. An operation that calls
@@ -46,7 +48,7 @@ ARGUMENTS = {"partner_id": "partner", "delivery_id": "delivery", "event_id": "ev
 ANSWER = {"partnerId": "partner", "eventId": "event", "deliveryId": "delivery"}
 
 _actor: ContextVar[str] = ContextVar("audit_actor", default=UNKNOWN_ACTOR)
-_inside: ContextVar[bool] = ContextVar("audit_inside", default=False)
+_line: ContextVar[dict[str, Any] | None] = ContextVar("audit_line", default=None)  # the outermost call's
 
 
 def command_actor() -> str:
@@ -64,13 +66,25 @@ def act_as(actor: str) -> None:
 
 
 def reports(**members: str) -> Callable[[F], F]:
-    """Name the answer members that identify what the operation acted on: ``@reports(partner="id")``."""
+    """Name the answer members that identify what the operation acted on, or count what it did:
+    ``@reports(partner="id")``, ``@reports(requeued="deliveries")``."""
 
     def mark(method: F) -> F:
         method.__audit_reports__ = members  # type: ignore[attr-defined]
         return method
 
     return mark
+
+
+def note(**facts: str | int | None) -> None:
+    """Add to the line of the operation under way what it acts on, as only it knows once it has
+    read and checked its input (the partner a replay's filter names); None is left out.
+
+    Only what an operation names here is written: subjects and counts, never a body or a secret.
+    Outside any audited call (a helper run on its own) this does nothing."""
+    line = _line.get()
+    if line is not None:
+        line.update((key, value) for key, value in facts.items() if value is not None)
 
 
 def unaudited(method: F) -> F:
@@ -98,11 +112,11 @@ def audit(method: F) -> F:
 
     @functools.wraps(method)
     async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if _inside.get():
+        if _line.get() is not None:  # called by another operation: part of its action, and line
             return await method(*args, **kwargs)
-        token = _inside.set(True)
         line: dict[str, Any] = {"actor": _actor.get(), "operation": operation}
         line.update(_named(signature.bind(*args, **kwargs).arguments))
+        token = _line.set(line)
         try:
             answer = await method(*args, **kwargs)
         except Exception as error:
@@ -110,12 +124,12 @@ def audit(method: F) -> F:
             log.info("admin action", extra=line)
             raise
         finally:
-            _inside.reset(token)
+            _line.reset(token)
         if isinstance(answer, Mapping):
             line.update(
                 (key, answer[member])
                 for member, key in answer_members.items()
-                if isinstance(answer.get(member), str) and key not in line
+                if _fact(answer.get(member)) and key not in line
             )
         line["outcome"] = "ok"
         log.info("admin action", extra=line)
@@ -129,6 +143,11 @@ def _named(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
         value = arguments.get(name)
         if isinstance(value, str):
             yield key, _masked(value) if key == "registration" else value
+
+
+def _fact(value: object) -> bool:
+    """An answer member the line may carry: a name (an id) or a count; never a document."""
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _masked(address: str) -> str:

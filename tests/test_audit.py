@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from webhook_helpers import AUTH, Receiver, onboard, publish, room_claimed, settings
+from webhook_helpers import AUTH, Receiver, drain, onboard, publish, room_claimed, settings
 
 from service import audit
 from service.cli import main
+from service.clock import ManualClock
 from service.logs import JSONFormatter
 from service.registrations_ops import RegistrationOperations
 from service.webhooks.operations import Operations
@@ -58,13 +59,42 @@ def test_admin_routes_write_one_line_per_operation(make_client: Any, audit_log: 
         {**line, "operation": "onboard", "partner": partner["id"], "outcome": "ok"},
         {**line, "operation": "rotate_secret", "partner": partner["id"], "outcome": "ok"},
         {**line, "operation": "publish", "event": published["eventId"], "outcome": "ok"},
-        {**line, "operation": "retry", "partner": partner["id"], "outcome": "ok"},
+        {**line, "operation": "retry", "partner": partner["id"], "requeued": 0, "outcome": "ok"},
         {**line, "operation": "erase_registrations", "registration": "A***@Example.com", "outcome": "ok"},
         {**line, "operation": "retry", "partner": "ptn_missing", "outcome": "error", "status": 404},
     ]
     text = audit_log.text + "".join(json.dumps(line) for line in audit_lines(audit_log))
     assert partner["secret"] not in text and rotated["secret"] not in text
     assert "ada@example.com" not in text.lower()
+
+
+def test_a_replay_names_its_partner_and_how_many_it_requeued(
+    make_client: Any, clock: ManualClock, audit_log: pytest.LogCaptureFixture
+) -> None:
+    """The partner a replay's filter names is in its line (it comes in the body, not as an
+    argument), with the count of deliveries it requeued; across partners the line names none, and
+    a replay for an unknown partner names it with its 404. Nothing else of the body is written."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url("/a"))
+        onboard(client, receiver.url("/b"))
+        publish(client, room_claimed())
+        assert drain(client) == 2
+        clock.advance(60)  # the window ends now, before which the deliveries were made
+        window = {"since": "2020-01-01T00:00:00Z", "status": "delivered"}
+        replays = [{**window, "partner": partner["id"]}, window, {**window, "partner": "ptn_nobody"}]
+        answers = [client.post("/admin/deliveries/replay", json=body, headers=AUTH) for body in replays]
+    assert [(answer.status, answer.json) for answer in answers[:2]] == [
+        (202, {"deliveries": 1}),
+        (202, {"deliveries": 1}),  # the other partner's: the first is pending already
+    ]
+    assert answers[2].status == 404
+    line = {"level": "info", "logger": "service.audit", "message": "admin action", "actor": "127.0.0.1"}
+    assert [line for line in trail(audit_lines(audit_log)) if line["operation"] == "replay"] == [
+        {**line, "operation": "replay", "partner": partner["id"], "requeued": 1, "outcome": "ok"},
+        {**line, "operation": "replay", "requeued": 1, "outcome": "ok"},
+        {**line, "operation": "replay", "partner": "ptn_nobody", "outcome": "error", "status": 404},
+    ]
+    assert partner["secret"] not in audit_log.text + json.dumps(audit_lines(audit_log))
 
 
 def test_commands_write_one_line_as_the_os_user(
@@ -84,6 +114,7 @@ def test_commands_write_one_line_as_the_os_user(
         assert main(["events", "publish", str(event)]) == 0
         published = json.loads(capsys.readouterr().out)
         assert main(["partners", "retry", added["id"]]) == 0
+        assert main(["deliveries", "replay", "--since", "2020-01-01T00:00:00Z", "--partner", added["id"]]) == 0
         assert main(["waitlist", "erase", "--email", "bob@example.org"]) == 0
         assert main(["waitlist", "erase", "--email", "bob"]) == 1
     actor = f"cli:{getpass.getuser()}"
@@ -95,6 +126,7 @@ def test_commands_write_one_line_as_the_os_user(
         (actor, "rotate_secret", {"partner": added["id"]}, "ok"),
         (actor, "publish", {"event": published["eventId"]}, "ok"),
         (actor, "retry", {"partner": added["id"]}, "ok"),
+        (actor, "replay", {"partner": added["id"]}, "ok"),
         (actor, "erase_registrations", {"registration": "b***@example.org"}, "ok"),
         (actor, "erase_registrations", {"registration": "[address]"}, "error"),
     ]
@@ -103,7 +135,8 @@ def test_commands_write_one_line_as_the_os_user(
 
 
 async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogCaptureFixture) -> None:
-    """Only the outermost operation is logged, and outside any adapter the actor is `unknown`."""
+    """Only the outermost operation is logged, with what an inner one notes, and outside any adapter
+    the actor is `unknown`; a note outside any operation goes nowhere."""
 
     @audit.audited
     class Example:
@@ -111,17 +144,27 @@ async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogC
             return await self.inner(partner_id)
 
         async def inner(self, partner_id: str) -> dict[str, str]:
+            audit.note(event="evt_1", registration=None)
             return {"deliveryId": "dlv_1"}
 
         @audit.unaudited
         async def scrape(self) -> int:
             return 1
 
+    audit.note(partner="ptn_nowhere")
     assert await Example().outer("ptn_1") == {"deliveryId": "dlv_1"}
     assert await Example().scrape() == 1
-    assert [
-        (line["actor"], line["operation"], line["partner"], line["delivery"]) for line in audit_lines(audit_log)
-    ] == [("unknown", "outer", "ptn_1", "dlv_1")]
+    said = [{key: line.get(key) for key in ("actor", "operation", *SUBJECT_KEYS)} for line in audit_lines(audit_log)]
+    assert said == [
+        {
+            "actor": "unknown",
+            "operation": "outer",
+            "partner": "ptn_1",
+            "delivery": "dlv_1",
+            "event": "evt_1",
+            "registration": None,
+        }
+    ]
 
 
 @pytest.mark.parametrize("operations", [Operations, RegistrationOperations])

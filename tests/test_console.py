@@ -1,5 +1,6 @@
 """The console's guard without a browser: hidden without an admin token, the session and its cookie,
-the security headers on every answer, the origin and CSRF checks, the sign-in throttle, the audit actor."""
+the security headers on every answer (what routing refuses included), the origin and CSRF checks,
+the sign-in throttle, the audit actor."""
 
 from __future__ import annotations
 
@@ -33,6 +34,12 @@ PATHS = [
     ("POST", "/console/waitlist/export"),
     ("GET", "/console/static/console.css"),
     ("GET", "/console/nothing/here"),
+    # What routing refuses (no route's middleware runs for these): methods a path does not take.
+    ("PUT", "/console/partners"),
+    ("DELETE", "/console/waitlist"),
+    ("HEAD", "/console"),
+    ("OPTIONS", "/console/partners"),
+    ("PATCH", "/console/static/console.css"),
 ]
 
 
@@ -69,6 +76,46 @@ def test_every_console_answer_carries_the_security_headers(make_client: Any, met
             response = client.request(method, path, cookies=jar)
             for name, value in HEADERS.items():
                 assert response.headers[name] == value, (path, name, jar)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "allow"),
+    [
+        ("PUT", "/console/partners", {"GET", "POST"}),
+        ("DELETE", "/console/waitlist", {"GET"}),
+        ("HEAD", "/console", {"GET"}),
+        ("OPTIONS", "/console/partners/ptn_x", {"GET"}),
+        ("PATCH", "/console/login", {"GET", "POST"}),
+    ],
+)
+def test_a_method_a_path_does_not_take_is_the_consoles_405_page(
+    make_client: Any, method: str, path: str, allow: set[str]
+) -> None:
+    """Signed in, a method routing refuses is the console's own HTML page, 405 with its ``Allow``
+    (in Sanic's order, which varies) and the five headers (not the API's JSON error, without them)."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        response = client.request(method, path, headers=ORIGIN, cookies=cookies)
+    assert (response.status_code, set(response.headers["allow"].split(", "))) == (405, allow)
+    assert response.headers["content-type"].startswith("text/html")
+    assert method == "HEAD" or "Not allowed" in response.text
+    assert {name: response.headers.get(name) for name in HEADERS} == HEADERS
+
+
+@pytest.mark.parametrize(
+    ("method", "status"), [("HEAD", 303), ("PUT", 403), ("DELETE", 403), ("OPTIONS", 403)]
+)
+def test_without_a_session_a_refused_method_is_the_sign_in_or_403(
+    make_client: Any, method: str, status: int
+) -> None:
+    """Without a session, a method the path does not take answers as the path would (sign in, or
+    403 for anything but a read), with the five headers and no ``Allow`` to map the routes by."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.request(method, "/console/partners", headers=ORIGIN)
+    assert response.status_code == status
+    assert "allow" not in response.headers
+    assert status != 303 or response.headers["location"] == "/console/login?next=%2Fconsole%2Fpartners"
+    assert {name: response.headers.get(name) for name in HEADERS} == HEADERS
 
 
 def test_sign_in_sets_the_session_cookie_and_goes_where_it_was_asked(make_client: Any) -> None:

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from sanic import Blueprint, HTTPResponse, Request
 
+from service.admin import Unrouted
 from service.clock import Clock
 from service.console import auth, deliveries, events, overview, partners, waitlist
-from service.console.pages import STATIC, Console, environment, guard
+from service.console.pages import STATIC, Console, environment, guard, unrouted
 from service.console.session import PATH, Sessions
 from service.settings import Settings
 
+__all__ = ["PATH", "create_blueprint"]  # PATH: the prefix whose refused requests the console answers
 
-def create_blueprint(settings: Settings, clock: Clock) -> Blueprint:
+
+def create_blueprint(settings: Settings, clock: Clock) -> tuple[Blueprint, Unrouted]:
+    """The console's routes, and its answer to what routing refuses under ``PATH`` (for
+    ``service.admin.guard``: no route's middleware runs for those, guard and headers included)."""
     if not settings.admin_token:
         raise ValueError("the console needs SERVICE_ADMIN_TOKEN")
     console = Console(
@@ -41,4 +46,4 @@ def create_blueprint(settings: Settings, clock: Clock) -> Blueprint:
 
     bp.add_route(unknown, "/<rest:path>", methods=["GET", "POST"])
 
-    return bp
+    return bp, unrouted(console)

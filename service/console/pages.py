@@ -17,10 +17,11 @@ from urllib.parse import urlencode
 
 from jinja2 import Environment, PackageLoader
 from sanic import Blueprint, HTTPResponse, Request
+from sanic.exceptions import MethodNotAllowed, SanicException
 from sanic.response import html, redirect
 
 from service import audit
-from service.admin import FailedAttempts
+from service.admin import FailedAttempts, Unrouted
 from service.clock import Clock, format_timestamp
 from service.console import charts
 from service.console.session import PATH, Session, Sessions, csrf_matches, same_origin
@@ -167,30 +168,77 @@ def guard(bp: Blueprint, console: Console) -> None:
     every answer: the security headers."""
 
     async def check(request: Request) -> HTTPResponse | None:
-        audit.act_as(f"console:{client_address(request)}")
-        if request.path.startswith(OPEN_PATHS):
-            return None
-        session = console.sessions.read(request)
-        if session is None:
-            if request.method in ("GET", "HEAD"):
-                target = request.path + (f"?{request.query_string}" if request.query_string else "")
-                return redirect(link(PATH + "/login", {"next": target}), status=303)
-            return forbidden(console, request)
-        request.ctx.console_session = session
-        if request.method in ("GET", "HEAD"):
-            return None
-        if _too_large(request):
-            return too_large(console, request)
-        if not (same_origin(request, console.settings.base_url) and csrf_matches(request, session)):
-            return forbidden(console, request)
-        return None
+        return await admit(console, request)
 
-    async def secure(request: Request, response: HTTPResponse) -> None:
-        for name, value in HEADERS.items():
-            response.headers[name] = value
+    async def on_answer(request: Request, response: HTTPResponse) -> None:
+        secure(response)
 
     bp.on_request(check, priority=100)
-    bp.on_response(secure)  # type: ignore[no-untyped-call]
+    bp.on_response(on_answer)  # type: ignore[no-untyped-call]
+
+
+async def admit(console: Console, request: Request, *, forms: bool = True) -> HTTPResponse | None:
+    """None to let the request through, else the answer that stops it (sign in, 403, 413).
+
+    Without ``forms`` only the session is checked: a request routing refused carries no form (no
+    route read its body) and changes nothing, so its size, origin and CSRF token mean nothing."""
+    audit.act_as(f"console:{client_address(request)}")
+    if request.path.startswith(OPEN_PATHS):
+        return None
+    session = console.sessions.read(request)
+    if session is None:
+        if request.method in ("GET", "HEAD"):
+            target = request.path + (f"?{request.query_string}" if request.query_string else "")
+            return redirect(link(PATH + "/login", {"next": target}), status=303)
+        return forbidden(console, request)
+    request.ctx.console_session = session
+    if request.method in ("GET", "HEAD") or not forms:
+        return None
+    if _too_large(request):
+        return too_large(console, request)
+    if not (same_origin(request, console.settings.base_url) and csrf_matches(request, session)):
+        return forbidden(console, request)
+    return None
+
+
+def secure(response: HTTPResponse) -> HTTPResponse:
+    """``response`` with the console's security headers, which every console answer carries."""
+    for name, value in HEADERS.items():
+        response.headers[name] = value
+    return response
+
+
+def unrouted(console: Console) -> Unrouted:
+    """The console's answer to what routing refuses under /console (``service.admin.guard`` hands
+    it over): an unknown path (404) or a method the path does not take (405, ``Allow`` kept).
+
+    No route took the request, so the blueprint's middleware never ran: this checks the session
+    and sets the headers itself. Without a session the answer is the sign-in (GET, HEAD) or 403,
+    as on any console path, so neither 404 nor ``Allow`` maps the routes for a stranger (as the
+    admin guard checks its token first); with one, the console's own page, never the API's JSON."""
+
+    async def answer(request: Request, exception: SanicException) -> HTTPResponse:
+        stopped = await admit(console, request, forms=False)
+        return secure(stopped if stopped is not None else refused_by_routing(console, request, exception))
+
+    return answer
+
+
+def refused_by_routing(console: Console, request: Request, exception: SanicException) -> HTTPResponse:
+    """The not-found page, or the page saying the method is not taken, with Sanic's ``Allow``."""
+    if not isinstance(exception, MethodNotAllowed):
+        return console.not_found(request)
+    page = console.render(
+        request,
+        "message.html",
+        status=405,
+        title="Not allowed",
+        message="This page does not take this method; nothing was changed.",
+        errors=[],
+        back=PATH,
+    )
+    page.headers.update(exception.headers or {})  # Allow: the methods the path takes
+    return page
 
 
 def _too_large(request: Request) -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.audit import audited, reports, unaudited
+from service.audit import audited, note, reports, unaudited
 from service.clock import Clock, format_timestamp
 from service.events import parse_event
 from service.exceptions import InvalidInput, StateConflict, UnknownResource, invalid
@@ -330,6 +330,7 @@ class Operations:
                 raise StateConflict(UNREADABLE_STORE) from None
         return {"reencrypted": count, "expiredDeleted": expired, "keys": self._keyring.keys}
 
+    @reports(requeued="requeued")
     async def retry(self, partner_id: str) -> Document:
         """Make the partner's failed deliveries pending again, due now."""
         async with self.engine.begin() as conn:
@@ -369,9 +370,14 @@ class Operations:
             await standing.mark_held(conn, found)  # heldBy: "circuit"
         return {"deliveries": found}
 
+    @reports(requeued="deliveries")
     async def replay(self, data: Mapping[str, Any]) -> Document:
-        """Requeue the deliveries created in a window (``ReplayRequest``), across partners or for one."""
+        """Requeue the deliveries created in a window (``ReplayRequest``), across partners or for one.
+
+        The audit line names the filter's partner, read from the body once it is checked (the trail
+        reads only arguments named ``partner_id``), and counts what was requeued."""
         request = ReplayRequest.parse(data, now=self.clock())
+        note(partner=request.partner_id)
         async with self.engine.begin() as conn:
             if (
                 request.partner_id is not None
