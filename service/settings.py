@@ -26,6 +26,16 @@ DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 3
 ADMIN_TOKEN_MIN_LENGTH = 32
 # A century: any longer is "keep everything", and past 999,999,999 days no date can be counted back.
 RETENTION_DAYS_MAX = 36_500
+# Durations the worker adds to the clock (a lease, a retry's due time, a circuit's cool-down, a
+# secret's overlap): finite and at most a year, so no sum can pass the last date Python holds and
+# stop delivery with an OverflowError once it has started. Infinity and NaN are refused alike.
+YEAR_SECONDS = 365 * 24 * 3600
+# An attempt (and its connect) may take an hour at most; its claim lasts twice that and more.
+ATTEMPT_SECONDS_MAX = 3600
+# The longest overlap a rotation keeps the old secrets signing: longer than any verifier rollout
+# needs (a rotation call's own overlapSeconds is held to it too).
+OVERLAP_SECONDS_MAX = 30 * 86400
+Delay = Annotated[float, Field(ge=0, le=YEAR_SECONDS, allow_inf_nan=False)]
 
 
 class Settings(BaseSettings):
@@ -61,13 +71,23 @@ class Settings(BaseSettings):
     rate_limit_key_prefix: str = Field(
         default="service-limits", description="Prefix of the rate-limit keys in Redis."
     )
-    webhook_retry_schedule: Annotated[tuple[float, ...], NoDecode] = Field(
+    webhook_retry_schedule: Annotated[tuple[Delay, ...], NoDecode] = Field(
         default=DEFAULT_RETRY_SCHEDULE,
         description="Seconds between delivery attempts after the first, comma-separated; ±20% jitter.",
     )
-    webhook_timeout: float = Field(default=15.0, description="Seconds a delivery attempt may take.")
+    webhook_timeout: float = Field(
+        default=15.0,
+        gt=0,
+        le=ATTEMPT_SECONDS_MAX,
+        allow_inf_nan=False,
+        description="Seconds a delivery attempt may take.",
+    )
     webhook_connect_timeout: float = Field(
-        default=5.0, gt=0, description="Seconds to connect to a partner, inside SERVICE_WEBHOOK_TIMEOUT."
+        default=5.0,
+        gt=0,
+        le=ATTEMPT_SECONDS_MAX,
+        allow_inf_nan=False,
+        description="Seconds to connect to a partner, inside SERVICE_WEBHOOK_TIMEOUT.",
     )
     webhook_max_in_flight: int = Field(
         default=8,
@@ -81,11 +101,15 @@ class Settings(BaseSettings):
     webhook_breaker_cooldown: float = Field(
         default=30.0,
         gt=0,
+        le=YEAR_SECONDS,
+        allow_inf_nan=False,
         description="Seconds an open circuit waits before a probe; doubles per failed probe (at most 3600).",
     )
     webhook_disable_after: float = Field(
         default=432000.0,
         gt=0,
+        le=YEAR_SECONDS,
+        allow_inf_nan=False,
         description="Seconds of unbroken failure after which a partner is disabled (until resumed).",
     )
     webhook_allow_private_urls: bool = Field(
@@ -95,6 +119,7 @@ class Settings(BaseSettings):
     secret_rotation_overlap: int = Field(
         default=86400,
         ge=0,
+        le=OVERLAP_SECONDS_MAX,
         description="Seconds the secrets live before a rotation keep signing after it (0: none).",
     )
     secrets_key: str | None = Field(
@@ -244,13 +269,6 @@ class Settings(BaseSettings):
     def _schedule(cls, value: object) -> object:
         if isinstance(value, str):
             value = tuple(float(part) for part in value.split(",") if part.strip())
-        return value
-
-    @field_validator("webhook_retry_schedule")
-    @classmethod
-    def _schedule_positive(cls, value: tuple[float, ...]) -> tuple[float, ...]:
-        if any(delay < 0 for delay in value):
-            raise ValueError("retry delays are seconds and cannot be negative")
         return value
 
     @field_validator("trusted_proxies", mode="before")

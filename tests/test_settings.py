@@ -51,3 +51,42 @@ def test_a_retention_past_a_century_stops_the_start(monkeypatch, capsys, days):
     assert main(["migrate"]) == 2
     assert "SERVICE_RETENTION_DAYS" in capsys.readouterr().err
     assert Settings(retention_days=36_500).retention_days == 36_500
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SERVICE_WEBHOOK_TIMEOUT", "0"),
+        ("SERVICE_WEBHOOK_TIMEOUT", "-1"),
+        ("SERVICE_WEBHOOK_TIMEOUT", "inf"),
+        ("SERVICE_WEBHOOK_TIMEOUT", "3601"),
+        ("SERVICE_WEBHOOK_CONNECT_TIMEOUT", "nan"),
+        ("SERVICE_WEBHOOK_RETRY_SCHEDULE", "5,nan"),
+        ("SERVICE_WEBHOOK_RETRY_SCHEDULE", "5,inf"),
+        ("SERVICE_WEBHOOK_RETRY_SCHEDULE", "1e308"),
+        ("SERVICE_WEBHOOK_RETRY_SCHEDULE", "5,-1"),
+        ("SERVICE_WEBHOOK_BREAKER_COOLDOWN", "inf"),
+        ("SERVICE_WEBHOOK_DISABLE_AFTER", "1e400"),
+        ("SERVICE_SECRET_ROTATION_OVERLAP", "99999999999999"),
+        ("SERVICE_SECRET_ROTATION_OVERLAP", str(30 * 86400 + 1)),
+    ],
+)
+def test_a_duration_that_is_no_finite_number_of_seconds_stops_the_start(monkeypatch, capsys, variable, value):
+    """Durations the worker adds to the clock are finite, positive where a zero means nothing, and
+    at most a year (an attempt at most an hour): NaN, infinity or 1e308 started the service and
+    then failed each attempt, or the worker, on a ValueError or an OverflowError."""
+    monkeypatch.setenv(variable, value)
+    assert main(["migrate"]) == 2
+    assert variable in capsys.readouterr().err
+
+
+def test_durations_up_to_their_bounds_are_kept():
+    year = 365 * 24 * 3600
+    settings = Settings(
+        webhook_timeout=3600,
+        webhook_retry_schedule="0,2.5," + str(year),
+        webhook_breaker_cooldown=year,
+        secret_rotation_overlap=30 * 86400,
+    )
+    assert (settings.webhook_timeout, settings.webhook_retry_schedule) == (3600, (0, 2.5, year))
+    assert Settings(webhook_retry_schedule="").webhook_retry_schedule == ()

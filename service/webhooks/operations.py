@@ -28,7 +28,7 @@ from service.exceptions import InvalidInput, StateConflict, UnknownResource, inv
 from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
 from service.params import refuse_unknown, text, whole_number
-from service.settings import Settings
+from service.settings import OVERLAP_SECONDS_MAX, Settings
 from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
 from service.webhooks import listing, outbox, partners, presenter, requeue, retention, roster, standing, stats
@@ -162,7 +162,6 @@ UNREADABLE_STORE = (
     "A stored partner secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; list "
     "that key after the newest and run this again."
 )
-MAX_OVERLAP_SECONDS = 30 * 86400  # a month: longer than any verifier rollout needs
 
 
 def rotation_overlap(data: Mapping[str, Any], default: int) -> int:
@@ -171,8 +170,8 @@ def rotation_overlap(data: Mapping[str, Any], default: int) -> int:
     value = data.get("overlapSeconds")
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_OVERLAP_SECONDS:
-        raise invalid("overlapSeconds", "invalid", f"Must be a whole number from 0 to {MAX_OVERLAP_SECONDS}.")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= OVERLAP_SECONDS_MAX:
+        raise invalid("overlapSeconds", "invalid", f"Must be a whole number from 0 to {OVERLAP_SECONDS_MAX}.")
     return value
 
 
