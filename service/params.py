@@ -20,6 +20,15 @@ def refuse_unknown(args: Mapping[str, object], known: Collection[str]) -> None:
         raise InvalidInput(errors=[FieldError(name, "unknown_parameter", message) for name in unknown])
 
 
+def refuse_unknown_members(document: Mapping[str, object], known: Collection[str]) -> None:
+    """A body's members that are not ``known``, refused naming each as every body is
+    (``unknown_field``): a query's unknown names are parameters, a body's are members."""
+    unknown = [name for name in document if name not in known]
+    if unknown:
+        message = "This member is not accepted."
+        raise InvalidInput(errors=[FieldError(name, "unknown_field", message) for name in unknown])
+
+
 def ascii_whole(text: str) -> int | None:
     """``text`` as a whole number if it is ASCII digits that ``int`` converts (at most
     ``sys.get_int_max_str_digits()`` of them), else None: ``²`` and Arabic-Indic digits pass

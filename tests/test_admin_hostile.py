@@ -95,6 +95,30 @@ def test_an_action_that_takes_no_body_refuses_members_and_does_nothing(
     assert empty.status in (200, 202, 204), empty.json
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/admin/partners/{id}/rotate-secret", {"overlapSeconds": 0, "overlap": 0}),
+        ("/admin/deliveries/replay", {"since": "2026-06-01T00:00:00Z", "window": 3}),
+    ],
+)
+def test_an_unknown_body_member_is_an_unknown_field_on_every_route(
+    make_client: Any, path: str, body: dict[str, Any]
+) -> None:
+    """A body's unknown member is `unknown_field` wherever it is sent (a query's is
+    `unknown_parameter`), and the action does not run: the secret is not rotated."""
+    with make_client(**settings()) as client:
+        partner = onboard(client, "http://127.0.0.1:9/hook")
+        answer = client.post(path.format(id=partner["id"]), json=body, headers=AUTH)
+        shown = client.get(f"/admin/partners/{partner['id']}", headers=AUTH).json
+    unknown = [name for name in body if name not in ("overlapSeconds", "since")]
+    assert (answer.status, [(e["field"], e["code"]) for e in answer.json["errors"]]) == (
+        400,
+        [(name, "unknown_field") for name in unknown],
+    )
+    assert shown["liveSecrets"] == 1
+
+
 def test_an_erasure_with_the_address_given_twice_erases_nothing(make_client: Any) -> None:
     """`email=ADDRESS&email=` names the address twice: refused, and the registration stays."""
     with make_client(**settings()) as client:

@@ -248,7 +248,7 @@ def test_replay_requeues_a_window_across_partners_and_for_one(
         ({"since": "2026-06-02T00:00:00Z", "until": "2026-06-01T00:00:00Z"}, "until", "invalid"),
         ({"since": "2026-06-01T00:00:00Z", "status": "pending"}, "status", "invalid"),
         ({"since": "2026-06-01T00:00:00Z", "status": "cancelled"}, "status", "invalid"),
-        ({"since": "2026-06-01T00:00:00Z", "window": 3}, "window", "unknown_parameter"),
+        ({"since": "2026-06-01T00:00:00Z", "window": 3}, "window", "unknown_field"),
     ],
 )
 def test_a_bad_replay_is_400_naming_the_member(

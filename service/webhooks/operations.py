@@ -27,7 +27,7 @@ from service.events import parse_event
 from service.exceptions import InvalidInput, StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
-from service.params import refuse_unknown, text, whole_number
+from service.params import refuse_unknown, refuse_unknown_members, text, whole_number
 from service.settings import OVERLAP_SECONDS_MAX, Settings
 from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
@@ -117,7 +117,7 @@ class ReplayRequest:
 
     @classmethod
     def parse(cls, data: Mapping[str, Any], *, now: datetime) -> ReplayRequest:
-        refuse_unknown(data, REPLAY_MEMBERS)
+        refuse_unknown_members(data, REPLAY_MEMBERS)
         if "since" not in data:
             raise invalid("since", "missing", "This member is required.")
         since = _moment(data, "since")
@@ -166,7 +166,7 @@ UNREADABLE_STORE = (
 
 def rotation_overlap(data: Mapping[str, Any], default: int) -> int:
     """``{overlapSeconds?}`` of a rotation: a whole number of seconds, 0 to a month."""
-    refuse_unknown(data, ("overlapSeconds",))
+    refuse_unknown_members(data, ("overlapSeconds",))
     value = data.get("overlapSeconds")
     if value is None:
         return default
