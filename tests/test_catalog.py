@@ -268,7 +268,8 @@ def test_example_fits_its_schema_and_model(kind: str) -> None:
 
 
 def test_safety_boundaries_restate_the_spec() -> None:
-    """The safety statements restate the consumer rules and the catalog's two decisions."""
+    """The safety statements restate the first section's, and nothing else: what event.id means in
+    a dedupe key is said beside the dedupe keys, and scoreId in its own schema."""
     assert CATALOG["safetyBoundaries"] == [
         "The service describes public room context, authority state, link state, market context and product "
         "surfaces.",
@@ -281,10 +282,11 @@ def test_safety_boundaries_restate_the_spec() -> None:
         "Consumers cache catalog and discovery responses where appropriate.",
         "The public catalog routes are read-only and the catalog itself is unsigned.",
         "Signed delivery is available only to partners who have been onboarded.",
-        "In a dedupeKey, event.id means the payload's eventId member.",
-        "room.arcade.high_score adds an optional scoreId member so its dedupe key (event.id + scoreId) "
-        "can be computed; without scoreId the key is the eventId alone.",
     ]
+    assert "event.id means the payload's eventId member" in CATALOG["rateLimits"]["webhookEvents"]
+    high_score = next(entry for entry in CATALOG["events"] if entry["id"] == "room.arcade.high_score")
+    assert high_score["dedupeKey"] == "event.id + scoreId"
+    assert "without it the key is the eventId alone" in high_score["payloadSchema"]["properties"]["scoreId"]["description"]
 
 
 def test_subscription_model_states_onboarding_and_retry_policy() -> None:

@@ -83,8 +83,8 @@ RATE_LIMITS = {
     ),
     "webhookEvents": (
         "Process event ids idempotently. The service avoids repeat announcements for the same "
-        "event (see each event's dedupeKey) and batches high-volume signals for partners who opt "
-        "in (see batchDelivery)."
+        "event (see each event's dedupeKey, in which event.id means the payload's eventId member) "
+        "and batches high-volume signals for partners who opt in (see batchDelivery)."
     ),
     "attribution": "When displaying room facts, link back to the canonical room URL (roomUrl).",
 }
@@ -101,9 +101,6 @@ SAFETY_BOUNDARIES = [
     "Consumers cache catalog and discovery responses where appropriate.",
     "The public catalog routes are read-only and the catalog itself is unsigned.",
     "Signed delivery is available only to partners who have been onboarded.",
-    "In a dedupeKey, event.id means the payload's eventId member.",
-    "room.arcade.high_score adds an optional scoreId member so its dedupe key (event.id + "
-    "scoreId) can be computed; without scoreId the key is the eventId alone.",
 ]
 
 
