@@ -73,6 +73,17 @@ def test_the_index_without_its_slash_redirects_to_it(make_client):
     assert missing.json["ok"] is False
 
 
+@pytest.mark.parametrize("path", ["/docs/webhooks//", "/docs/webhooks///"])
+def test_the_index_under_any_other_spelling_redirects_to_it(make_client, path):
+    """Routing also hands `/docs/webhooks//` to the index, whose relative links would then resolve
+    to pages that do not exist: it is sent to the one address instead."""
+    with make_client(base_url=BASE) as client:
+        moved = client.get(path, follow_redirects=False)
+        index = client.get("/docs/webhooks/")
+    assert (moved.status_code, moved.headers["location"]) == (308, "/docs/webhooks/")
+    assert index.status_code == 200
+
+
 def test_the_policy_allows_no_script_and_no_other_origin():
     """The CSP denies by default, names no script source and allows only this origin and inline data images."""
     directives = dict(part.strip().split(" ", 1) for part in CONTENT_SECURITY_POLICY.split(";"))

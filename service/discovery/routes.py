@@ -30,6 +30,19 @@ def _serve(document: CachedDocument) -> Handler:
     return serve
 
 
+def _serve_folder(document: CachedDocument) -> Handler:
+    """The partner index: a folder, whose address ends with one slash so its relative links resolve
+    inside it. Sanic's routing also hands it ``/docs/webhooks//``, where they would not: that, and
+    any other spelling, is sent to the one address."""
+
+    async def serve(request: Request) -> HTTPResponse:
+        if request.path != PARTNER_ROOT:
+            return redirect(PARTNER_ROOT, status=308)
+        return respond(request, document)
+
+    return serve
+
+
 def create_blueprint(discovery: Discovery) -> Blueprint:
     bp = Blueprint("discovery")
     for surface in (*DOCUMENTS, *API_DOCUMENTS):
@@ -54,10 +67,10 @@ def create_blueprint(discovery: Discovery) -> Blueprint:
         return respond(request, document)
 
     for number, (path, document) in enumerate(discovery.partner_pages.items()):
-        bp.add_route(_serve(document), path, methods=READ, name=f"partnerPage{number}", strict_slashes=True)
+        serve = _serve_folder(document) if path == PARTNER_ROOT else _serve(document)
+        bp.add_route(serve, path, methods=READ, name=f"partnerPage{number}", strict_slashes=True)
 
     async def partner_index(request: Request) -> HTTPResponse:
-        # The index is a folder: its address ends with a slash, so relative links resolve inside it.
         return redirect(PARTNER_ROOT, status=308)
 
     bare = PARTNER_ROOT.rstrip("/")
