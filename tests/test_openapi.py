@@ -81,7 +81,7 @@ def test_waitlist_request_schema_is_the_models_own(openapi):
 
 
 def test_no_schema_admits_a_null_the_service_never_sends(openapi):
-    """Optional members are absent or a value, never null (the spec's types have no null), so no
+    """Optional members are absent or a value, never null (the published types have none), so no
     component's property offers a null branch to generated clients; the one member sent as null
     is a test vector's reason for refusing, when a verifier accepts."""
     nullable = [
