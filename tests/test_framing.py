@@ -139,11 +139,20 @@ def test_a_request_target_that_is_no_url_is_400(port: int, target: bytes) -> Non
     assert refused(exchange(port, b"GET " + target + b" HTTP/1.1\r\nHost: x\r\n\r\n" + SMUGGLED))
 
 
+# Past Sanic's 8 KiB limit, but sent whole in one write the server reads at once: bytes the server
+# never read when it closes make the kernel answer with a reset, which can reach the client before
+# the 431 does (100,000 bytes of header lost the answer that way, now and then).
+OVER_THE_LIMIT = 10_000
+
+
 @pytest.mark.parametrize(
     "raw",
     [
-        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 100_000 + b"\r\n\r\n", id="one-big-header"),
-        pytest.param(b"GET /healthz?" + b"a" * 100_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", id="long-target"),
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * OVER_THE_LIMIT + b"\r\n\r\n",
+            id="one-big-header",
+        ),
+        pytest.param(b"GET /healthz?" + b"a" * OVER_THE_LIMIT + b" HTTP/1.1\r\nHost: x\r\n\r\n", id="long-target"),
     ],
 )
 def test_a_request_head_over_the_limit_is_431(port: int, raw: bytes) -> None:
