@@ -10,12 +10,19 @@ its protocol, a public option of ``app.prepare``) adds what is missing (docs/arc
   that has been quiet longest is closed, so a new client always finds room;
 - a request's headers must arrive within ``HEADERS_WITHIN`` seconds of its first byte, and its body
   within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
-  closed.
+  closed;
+- a connection closed while the client is still sending (a head or a body refused before it was
+  read: 400, 413, 431) closes in two steps, as nginx's lingering close does: the answer goes out
+  with a FIN after it, and what the client goes on sending is read and thrown away until it closes
+  its side, for ``LINGER_FOR`` seconds or ``LINGER_BYTES`` at most. Closed at once, with its bytes
+  unread, the socket would answer them with a reset, and the client's kernel could drop the answer
+  it had not yet read.
 
 The protocol learns that a request's headers are in when Sanic builds its request object, and
 that its body is in when ``receive_body`` returns: ``GuardedRequest`` (Sanic's documented
 ``request_class`` hook) tells it. Everything here is Sanic's public surface: the protocol class it
-documents for subclassing, asyncio's protocol callbacks, and the request class.
+documents for subclassing (its ``close`` and its ``recv_buffer``, the bytes received and not yet
+read), asyncio's protocol callbacks, and the request class.
 """
 
 from __future__ import annotations
@@ -38,6 +45,11 @@ log = logging.getLogger(__name__)
 SWEEP_EVERY = 0.5  # seconds between deadline checks: a deadline is kept to within this
 HEADERS_WITHIN = 10.0  # seconds from a request's first byte to the end of its headers
 BODY_WITHIN = 30.0  # seconds from a request's first byte to the end of its body
+# How long a refused client may go on sending while it reads its answer, and how much of what it
+# sends is read and thrown away meanwhile: a client that reads as it writes has its answer within
+# a round trip; one that never stops is bounded.
+LINGER_FOR = 2.0
+LINGER_BYTES = 1 << 20
 # File descriptors a server process keeps for what is not a client connection: the database pool,
 # Redis, log and SQLite files, the listening socket, and the delivery worker's connections to
 # partners (its sender pool) when it runs in the process.
@@ -112,7 +124,7 @@ class Registry:
 class GuardedProtocol(HttpProtocol):
     """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
 
-    __slots__ = ("_began", "_headers_in", "active_at", "after_chunked")
+    __slots__ = ("_began", "_headers_in", "_lingering", "active_at", "after_chunked")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -120,6 +132,7 @@ class GuardedProtocol(HttpProtocol):
         self._began: float | None = None  # first byte of the request being received
         self._headers_in = False
         self.after_chunked = False  # the last request's body was chunked: no request may follow
+        self._lingering: int | None = None  # bytes thrown away since the answer's FIN, while lingering
 
     # asyncio's protocol callbacks --------------------------------------------------------------
 
@@ -131,6 +144,11 @@ class GuardedProtocol(HttpProtocol):
 
     def data_received(self, data: bytes) -> None:
         self.active_at = time.monotonic()
+        if self._lingering is not None:
+            self._lingering += len(data)
+            if self._lingering > LINGER_BYTES:
+                self._end_linger()
+            return
         if self._began is None and data:
             self._began, self._headers_in = self.active_at, False
         super().data_received(data)
@@ -140,6 +158,33 @@ class GuardedProtocol(HttpProtocol):
         if registry is not None:
             registry.open.discard(self)
         super().connection_lost(exc)  # type: ignore[no-untyped-call]
+
+    def close(self, timeout: float | None = None) -> None:
+        """Sanic's close, unless the client may still be sending what was never read: then a
+        lingering close (above)."""
+        transport = self.transport
+        if (
+            self._lingering is None
+            and self.recv_buffer  # a request not read to its end: the client is mid-send
+            and transport is not None
+            and not transport.is_closing()
+            and transport.can_write_eof()
+        ):
+            self._linger(transport)
+            return
+        self._lingering = None
+        super().close(timeout)
+
+    def _linger(self, transport: Any) -> None:
+        self._lingering, self._began = 0, None
+        self.recv_buffer.clear()
+        transport.write_eof()  # after the answer, once it is written
+        transport.resume_reading()
+        self.loop.call_later(LINGER_FOR, self._end_linger)
+
+    def _end_linger(self) -> None:
+        if self._lingering is not None:
+            self.close()
 
     # what GuardedRequest reports -----------------------------------------------------------------
 
