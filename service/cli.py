@@ -200,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         details="The public API, the discovery documents and the admin API on --host:--port. Unless "
         "--no-worker, each server process also delivers webhooks.",
         settings=commands.EVERY_SETTING,
+        defaults={"base_url": "http://HOST:PORT, as --host and --port give them"},
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     serve.add_argument(

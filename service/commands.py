@@ -15,7 +15,7 @@ import asyncio
 import json
 import sys
 import textwrap
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TextIO
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -50,13 +50,14 @@ def _shown(value: Any) -> str:
     return str(value)
 
 
-def settings_help(names: Iterable[str]) -> str:
-    """Each variable a command reads: its name, then its meaning and default, indented below."""
+def settings_help(names: Iterable[str], defaults: Mapping[str, str] | None = None) -> str:
+    """Each variable a command reads: its name, then its meaning and default, indented below.
+    ``defaults`` says what a command uses in place of a setting's own default, where it differs."""
     lines = ["settings (environment variables):"]
     for name in names:
         field = Settings.model_fields[name]
         lines.append(f"  {variable(name)}")
-        default = _shown(field.get_default(call_default_factory=True))
+        default = (defaults or {}).get(name) or _shown(field.get_default(call_default_factory=True))
         text = f"{field.description or ''} Default: {default}.".lstrip()
         lines += textwrap.wrap(
             text, WIDTH, initial_indent=" " * 6, subsequent_indent=" " * 6, break_on_hyphens=False
@@ -64,25 +65,37 @@ def settings_help(names: Iterable[str]) -> str:
     return "\n".join(lines)
 
 
-def help_screen(summary: str, details: str = "", settings: Iterable[str] = ()) -> dict[str, Any]:
+def help_screen(
+    summary: str,
+    details: str = "",
+    settings: Iterable[str] = (),
+    defaults: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The parser options of a help screen: the summary and details as its description (wrapped
     here, since the epilog's layout must be kept), the settings as its epilog."""
     paragraphs = [summary[:1].upper() + summary[1:] + "."] + ([details] if details else [])
     names = tuple(settings)
     return {
         "description": "\n\n".join(textwrap.fill(text, WIDTH, break_on_hyphens=False) for text in paragraphs),
-        "epilog": settings_help(names) if names else None,
+        "epilog": settings_help(names, defaults) if names else None,
         "formatter_class": argparse.RawDescriptionHelpFormatter,
     }
 
 
 def add_command(
-    group: Any, name: str, summary: str, *, details: str = "", settings: Iterable[str] = ()
+    group: Any,
+    name: str,
+    summary: str,
+    *,
+    details: str = "",
+    settings: Iterable[str] = (),
+    defaults: Mapping[str, str] | None = None,
 ) -> argparse.ArgumentParser:
     """A command under ``group`` (what ``add_subparsers`` returned): ``summary`` in its parent's
-    list and atop its own screen, then ``details``, then the settings it reads."""
+    list and atop its own screen, then ``details``, then the settings it reads (with ``defaults``
+    where the command's own differ from the settings')."""
     parser: argparse.ArgumentParser = group.add_parser(
-        name, help=summary, **help_screen(summary, details, settings)
+        name, help=summary, **help_screen(summary, details, settings, defaults)
     )
     return parser
 

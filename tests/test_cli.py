@@ -109,6 +109,17 @@ def test_the_host_and_port_options_say_what_they_are(capsys: pytest.CaptureFixtu
     assert "--port PORT their port, 0 for any free one (default: 8001)" in worker
 
 
+def test_serve_says_its_base_url_follows_host_and_port(capsys: pytest.CaptureFixture[str]) -> None:
+    """Unset, serve's base URL is the address it serves (serve_settings), not the setting's own
+    default, which the other commands use."""
+    serve, worker = (" ".join(_help(capsys, *command).split()) for command in (("serve",), ("worker",)))
+    base = "SERVICE_BASE_URL The public base URL; every absolute URL the service writes starts with it."
+    assert f"{base} Default: http://HOST:PORT, as --host and --port give them." in serve
+    assert "SERVICE_BASE_URL" not in worker
+    everything = " ".join(_help(capsys).split())
+    assert f"{base} Default: http://127.0.0.1:8000." in everything
+
+
 def test_every_setting_has_a_description() -> None:
     """The help screens' settings list is built from the Settings model; each field says what it is."""
     text = commands.settings_help(commands.EVERY_SETTING)
