@@ -46,6 +46,12 @@ def test_the_readme_names_the_connection_reserves_the_code_keeps() -> None:
     assert (int(found[1]), int(found[2])) == (connections.RESERVE, connections.WORKER_RESERVE)
 
 
+def test_the_architecture_gives_the_lingering_close_its_bounds() -> None:
+    seconds = re.search(r"for ([\d.]+) s\s+\(`LINGER_FOR`\) or (\d+) MiB \(`LINGER_BYTES`\)", ARCHITECTURE)
+    assert seconds is not None
+    assert (float(seconds[1]), int(seconds[2]) << 20) == (connections.LINGER_FOR, connections.LINGER_BYTES)
+
+
 def test_the_architecture_counts_the_workers_default_senders() -> None:
     counts = [int(count) for count in re.findall(r"(\d+) senders", ARCHITECTURE)]
     assert counts, "docs/architecture.md names the worker's senders"
