@@ -114,6 +114,8 @@ async def _public_dns(host: str, port: int) -> list[str]:
         ({"name": "P", "url": "https://user:pw@partner.example/"}, [("url", "credentials_in_url")]),
         ({"name": "P", "url": "http://partner.example/"}, [("url", "insecure_scheme")]),
         ({"name": "P", "url": "https://" + "a" * 2100}, [("url", "too_long")]),
+        ({"name": "P", "url": "https://a..b/x"}, [("url", "invalid_url")]),
+        ({"name": "P", "url": "https://" + "a" * 64 + ".com/x"}, [("url", "invalid_url")]),
     ],
 )
 def test_onboarding_validation(make_client: Any, body: dict[str, Any], errors: list[tuple[str, str]]) -> None:

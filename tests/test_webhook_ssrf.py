@@ -112,10 +112,32 @@ async def test_check_url_refuses_literals_and_names() -> None:
         ("partner.example/hook", "insecure_scheme"),
         ("https:///hook", "invalid_url"),
         ("https://partner.example/a b", "invalid_url"),
+        ("https://a..b/hook", "invalid_url"),  # the IDNA codec refuses an empty label
+        ("https://" + "a" * 64 + ".example/hook", "invalid_url"),  # or one over 63 characters
+        ("https://" + "a." * 127 + "example/hook", "invalid_url"),  # or a name over 253
     ]:
         with pytest.raises(UnsafeURL) as caught:
             await check_url(url, allow_private=False, resolve=dns)
         assert caught.value.code == code, url
+
+
+async def test_a_name_the_resolver_cannot_encode_does_not_resolve() -> None:
+    """The system resolver's IDNA codec raises UnicodeError, not OSError, on a name it refuses;
+    it is a name that does not resolve, never an error of the server's."""
+
+    async def refusing(host: str, port: int) -> list[str]:
+        raise UnicodeError("encoding with 'idna' codec failed")
+
+    with pytest.raises(UnsafeURL) as caught:
+        await check_url("https://partner.example/hook", allow_private=False, resolve=refusing)
+    assert caught.value.code == "unresolvable"
+
+
+async def test_a_name_of_long_labels_dns_can_carry_passes() -> None:
+    name = ".".join(["a" * 63] * 3) + ".example"  # 63-character labels, 200 in all
+    dns = fake_dns({name: [PUBLIC]})
+    await check_url(f"https://{name}/hook", allow_private=False, resolve=dns)
+    await check_url(f"https://{name}./hook", allow_private=False, resolve=fake_dns({f"{name}.": [PUBLIC]}))
 
 
 async def test_private_urls_allowed_only_when_configured() -> None:

@@ -100,6 +100,14 @@ def is_numeric_host(host: str) -> bool:
     return bool(_NUMBER_LABEL.fullmatch(host.removesuffix(".").rpartition(".")[2]))
 
 
+def is_host_name(host: str) -> bool:
+    """Whether ``host`` (as yarl gives it: IDNA-encoded) is a name DNS can carry: labels of 1 to 63
+    characters, 253 in all, one trailing dot allowed. Any other name fails in the resolver's IDNA
+    codec (``UnicodeError``), not as a name that does not resolve."""
+    name = host.removesuffix(".")
+    return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
+
+
 def parse_address(text: str) -> IPAddress | None:
     try:
         return ipaddress.ip_address(text)
@@ -139,6 +147,8 @@ def parse_partner_url(text: str, *, allow_private: bool) -> URL:
         raise UnsafeURL("invalid_url", "Must name a host.")
     if is_numeric_host(host) and not isinstance(parse_address(host), ipaddress.IPv4Address):
         raise UnsafeURL("invalid_url", "Write an IPv4 host as four decimal numbers, like 192.0.2.1.")
+    if parse_address(host) is None and not is_host_name(host):
+        raise UnsafeURL("invalid_url", "Must name a host of dot-separated labels, 1 to 63 characters each.")
     if url.raw_user is not None or url.raw_password is not None:
         # Credentials in the URL would be listed to every admin; partners authenticate us by signature.
         raise UnsafeURL("credentials_in_url", "Must not carry a user name or password.")
@@ -160,7 +170,7 @@ async def check_url(text: str, *, allow_private: bool, resolve: Resolve = system
         return url
     try:
         addresses = await resolve(host, url.port or 443)
-    except OSError:
+    except (OSError, UnicodeError):  # UnicodeError: a name the IDNA codec refuses
         raise UnsafeURL("unresolvable", "The host name does not resolve.") from None
     if not addresses:
         raise UnsafeURL("unresolvable", "The host name does not resolve.")
