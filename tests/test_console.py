@@ -150,6 +150,16 @@ def test_a_session_from_before_the_token_changed_is_refused(make_client: Any) ->
     assert (response.status_code, response.headers["location"]) == (303, "/console/login?next=%2Fconsole")
 
 
+@pytest.mark.parametrize("referer", ["http://[", "http://[::1/console", "http://[fe80::1%zz]/x"])
+def test_signing_in_from_a_referer_that_is_no_url_is_403(make_client: Any, referer: str) -> None:
+    with make_client(admin_token=TOKEN) as client:
+        response = client.post(
+            "/console/login", data={"token": TOKEN}, headers={"referer": referer}
+        )
+    assert response.status_code == 403
+    assert "console_session" not in response.cookies
+
+
 def test_a_session_lasts_eight_hours(make_client: Any, clock: Any) -> None:
     """Eight hours of the clock after signing in, the session sends the browser to sign in again."""
     with make_client(admin_token=TOKEN) as client:
@@ -169,6 +179,8 @@ def test_a_session_lasts_eight_hours(make_client: Any, clock: Any) -> None:
         ({"origin": "http://127.0.0.1:9999"}, True, 403),
         ({"origin": "null"}, True, 403),
         ({"referer": "http://evil.example/console"}, True, 403),
+        ({"referer": "http://[::1/console"}, True, 403),  # no URL urlsplit will read
+        ({"referer": "http://["}, True, 403),
         ({}, True, 403),
         ({"origin": BASE}, False, 403),
     ],
@@ -188,15 +200,32 @@ def test_actions_need_our_origin_and_the_csrf_token(
 
 
 def test_wrong_tokens_count_against_the_admin_throttle(make_client: Any) -> None:
-    """Ten wrong tokens (form or bearer alike) and the client is refused, even with the right one."""
+    """Ten wrong tokens (form or bearer alike) and the client's next wrong one is refused; the
+    right one still signs in, so wrong ones sent from the operator's address cannot lock it out."""
     with make_client(admin_token=TOKEN) as client:
         for _ in range(5):
             assert _sign_in(client, token="wrong").status_code == 401
         for _ in range(5):
             assert client.get("/admin/waitlist", headers={"authorization": "Bearer wrong"}).status_code == 401
-        refused = _sign_in(client)
+        refused = _sign_in(client, token="wrong")
+        signed_in = _sign_in(client)
     assert refused.status_code == 429
+    assert int(refused.headers["retry-after"]) > 0
     assert "console_session" not in refused.cookies
+    assert signed_in.status_code == 303
+    assert "console_session" in signed_in.cookies
+
+
+def test_with_the_throttles_store_down_only_the_right_token_signs_in(make_client: Any) -> None:
+    """A wrong token that cannot be counted is 503, never an unlimited guess nor a 500; the right
+    one needs no counting."""
+    with make_client(admin_token=TOKEN, rate_limit_storage="redis://127.0.0.1:9/0") as client:
+        wrong = _sign_in(client, token="wrong")
+        right = _sign_in(client)
+    assert wrong.status_code == 503
+    assert "Signing in is briefly unavailable; try again shortly." in wrong.text
+    assert "console_session" not in wrong.cookies
+    assert right.status_code == 303
 
 
 def test_console_actions_are_audited_as_the_console(make_client: Any, caplog: pytest.LogCaptureFixture) -> None:

@@ -1,7 +1,9 @@
 """Sign in with the admin token, sign out.
 
 ``POST /console/login`` compares the token in constant time; a wrong one counts against the same
-per-client throttle as the admin API's bearer tokens, so the form is no easier to guess through.
+per-client throttle as the admin API's bearer tokens, so the form is no easier to guess through,
+and, as there, the right one is never refused by it, and a wrong one that cannot be counted (the
+store unreachable) is 503.
 """
 
 from __future__ import annotations
@@ -37,7 +39,26 @@ def register(bp: Blueprint, console: Console) -> None:
         client = client_key(client_address(request), console.settings.rate_limit_ipv6_prefix)
         expected = console.settings.admin_token or ""
         given = fields.get("token", "")
-        wait = await attempts.refused(client)
+        # As on the admin API, the right token is checked first and never refused by the
+        # throttle, so nobody can lock the operator out by sending wrong ones from its address.
+        if expected and tokens_match(given, expected):
+            _, value = console.sessions.new()
+            response = redirect(target, status=303)
+            console.sessions.set_cookie(response, value)
+            return response
+        try:
+            wait = await attempts.refused(client)
+            locked = False if wait is not None else await attempts.fail(client)
+        except Exception:  # the rate-limit storage is unreachable: no unlimited guessing
+            log.warning("console sign-in could not be counted", exc_info=True)
+            return console.render(
+                request,
+                "login.html",
+                title="Sign in",
+                status=503,
+                next=target,
+                error="Signing in is briefly unavailable; try again shortly.",
+            )
         if wait is not None:
             response = console.render(
                 request,
@@ -48,21 +69,16 @@ def register(bp: Blueprint, console: Console) -> None:
             )
             response.headers["Retry-After"] = str(wait)
             return response
-        if not tokens_match(given, expected):
-            if await attempts.fail(client):
-                log.warning("console sign-in locked: too many failed attempts", extra={"client": client})
-            return console.render(
-                request,
-                "login.html",
-                title="Sign in",
-                status=401,
-                next=target,
-                error="That is not the admin token.",
-            )
-        _, value = console.sessions.new()
-        response = redirect(target, status=303)
-        console.sessions.set_cookie(response, value)
-        return response
+        if locked:
+            log.warning("console sign-in locked: too many failed attempts", extra={"client": client})
+        return console.render(
+            request,
+            "login.html",
+            title="Sign in",
+            status=401,
+            next=target,
+            error="That is not the admin token.",
+        )
 
     @bp.post("/logout")
     async def logout(request: Request) -> HTTPResponse:

@@ -134,7 +134,12 @@ class Sessions:
 
 
 def origin_of(url: str) -> str | None:
-    parts = urlsplit(url)
+    """``scheme://host[:port]`` of ``url``, lowered; None for what is no absolute URL (a
+    ``Referer`` of ``http://[``, say, which ``urlsplit`` refuses)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return None
     if not parts.scheme or not parts.netloc:
         return None
     return f"{parts.scheme}://{parts.netloc}".lower()
