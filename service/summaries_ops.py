@@ -20,7 +20,7 @@ from service.db import summaries
 from service.db.registrations import Intent
 from service.db.summaries import Key
 from service.exceptions import invalid
-from service.params import refuse_unknown, text
+from service.params import ascii_whole, refuse_unknown, text
 from service.states import DeliveryStatus
 
 PAGE = 50  # rows per console page
@@ -39,11 +39,21 @@ class Page:
     next: str | None  # the ``after`` token of the following page; None on the last
 
 
-def _key(args: Mapping[str, str]) -> Key | None:
+# Row ids the registrations table holds: a signed 64-bit integer (SQLite's INTEGER, PostgreSQL's
+# BIGINT), positive; a page link with any other id was edited by hand.
+ROW_ID_MAX = 2**63 - 1
+
+
+def _key(args: Mapping[str, str], *, numbered: bool = False) -> Key | None:
+    """The page's ``after`` token, if given; ``numbered`` for a listing whose rows have whole
+    numbers for ids."""
     token = args.get("after")
     if token is None:
         return None
     key = Key.parse(token)
+    if key is not None and numbered:
+        row_id = ascii_whole(key.id)
+        key = key if row_id is not None and 0 < row_id <= ROW_ID_MAX else None
     if key is None:
         raise invalid("after", "invalid", "Not a page of this listing; start again from the first page.")
     return key
@@ -175,7 +185,7 @@ class Summaries:
             raise invalid("q", "too_long", f"Must be at most {MAX_QUERY} characters.")
         async with self.engine.connect() as conn:
             rows = await summaries.registrations_page(
-                conn, intent=intent, prefix=query or None, after=_key(args), limit=limit + 1
+                conn, intent=intent, prefix=query or None, after=_key(args, numbered=True), limit=limit + 1
             )
         return _page(rows, limit)
 

@@ -147,6 +147,22 @@ async def test_a_hand_edited_listing_link_is_refused(reads: Summaries, args: dic
     assert [error.field for error in raised.value.field_errors] == [next(iter(args))]
 
 
+@pytest.mark.parametrize(
+    "row_id", ["99999999999999999999", "-99999999999999999999", "9" * 45, str(2**63), "0", "-1", "x1", "\uff11"]
+)
+async def test_a_registrations_page_key_holds_a_row_id_the_table_can(reads: Summaries, row_id: str) -> None:
+    """A registration's id is a positive 64-bit integer: a page key with any other is a hand-edited
+    link, refused as one, not an overflow in the driver (500)."""
+    with pytest.raises(InvalidInput) as raised:
+        await reads.registrations({"after": f"2026-06-29T12:00:00+00:00~{row_id}"})
+    assert [error.field for error in raised.value.field_errors] == ["after"]
+
+
+async def test_a_registrations_page_key_at_the_largest_row_id_reads(reads: Summaries) -> None:
+    page = await reads.registrations({"after": f"2999-01-01T00:00:00+00:00~{2**63 - 1}"})
+    assert page.rows  # every registration is before it
+
+
 def test_a_page_key_reads_back_what_it_wrote() -> None:
     """``Key.token`` and ``Key.parse`` agree; a time without an offset is no key."""
     key = Key(NOW, "dlv_01")
