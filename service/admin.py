@@ -48,7 +48,7 @@ from service.errors import (
 )
 from service.handlers import error_response
 from service.metrics import CONTENT_TYPE, Metrics
-from service.params import refuse_unknown
+from service.params import query_pairs, refuse_unknown
 from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
 from service.waitlist import client_address
@@ -214,7 +214,7 @@ def query_args(request: Request) -> dict[str, str]:
     Blank (``name=``) and bare (``name``) parameters are kept: dropped, an unknown or repeated
     name would pass unseen, and ``status=`` would list every status."""
     args: dict[str, str] = {}
-    for name, value in request.get_query_args(keep_blank_values=True):
+    for name, value in query_pairs(request.query_string, keep_blank=True):
         if name in args:
             raise BadRequest(errors=[FieldError(name, "repeated", "This parameter appears more than once.")])
         args[name] = value

@@ -7,10 +7,31 @@ things with the same field errors (``InvalidInput``), and an unknown parameter i
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from urllib.parse import parse_qsl
 
 from service.exceptions import FieldError, InvalidInput, invalid
 from service.text import CODE as TEXT_CODE
 from service.text import text_fault
+
+
+def query_pairs(query_string: str, *, keep_blank: bool) -> list[tuple[str, str]]:
+    """The query string's names and values, in order, percent-decoded as UTF-8 (``+`` a space). A
+    pair that is not UTF-8 is ``invalid_encoding`` naming its parameter, never read with
+    replacement characters: an address to erase would then match nothing and say so with a 0."""
+    pairs = []
+    refused = []
+    # Decoded as Latin-1 first, which maps every byte to one character, so each pair's bytes can
+    # then be decoded strictly on their own.
+    for latin_name, latin_value in parse_qsl(query_string, keep_blank_values=keep_blank, encoding="latin-1"):
+        name, value = latin_name.encode("latin-1"), latin_value.encode("latin-1")
+        try:
+            pairs.append((name.decode("utf-8"), value.decode("utf-8")))
+        except UnicodeDecodeError:
+            shown = name.decode("utf-8", errors="replace")
+            refused.append(FieldError(shown, "invalid_encoding", "This parameter is not valid UTF-8."))
+    if refused:
+        raise InvalidInput(errors=refused)
+    return pairs
 
 
 def refuse_unknown(args: Mapping[str, object], known: Collection[str]) -> None:

@@ -228,6 +228,8 @@ def test_bad_paging_is_400(make_client, query):
         ("/admin/deliveries?since=2026-01-01", "since", "unknown_parameter"),
         ("/admin/deliveries?status=lost", "status", "invalid"),
         ("/admin/deliveries?limit=%EF%BC%91", "limit", "invalid"),  # a full-width digit one
+        ("/admin/deliveries?partner=%FF", "partner", "invalid_encoding"),  # no UTF-8
+        ("/admin/deliveries?%FF=1", "\ufffd", "invalid_encoding"),
     ],
 )
 def test_unknown_or_repeated_query_parameters_are_400(make_client, path, field, code):
@@ -236,6 +238,18 @@ def test_unknown_or_repeated_query_parameters_are_400(make_client, path, field, 
         response = client.get(path, headers={"authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 400
     assert [(error["field"], error["code"]) for error in response.json["errors"]] == [(field, code)]
+
+
+def test_an_address_to_erase_that_is_not_utf8_is_400_and_erases_nothing(make_client):
+    """Read with a replacement character, it would match no address and answer 0 erased."""
+    with make_client(admin_token=TOKEN) as client:
+        assert client.post("/api/waitlist", json={"email": "a@x.com", "intent": "claim"}).status_code == 200
+        auth = {"authorization": f"Bearer {TOKEN}"}
+        response = client.delete("/admin/waitlist?email=a%FF%40x.com", headers=auth)
+        listed = client.get("/admin/waitlist", headers=auth).json
+    assert response.status_code == 400
+    assert [(error["field"], error["code"]) for error in response.json["errors"]] == [("email", "invalid_encoding")]
+    assert [row["email"] for row in listed["entries"]] == ["a@x.com"]
 
 
 def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client):

@@ -69,7 +69,7 @@ def test_a_token_that_is_not_unicode_is_a_wrong_token(make_client: Any) -> None:
     body, headers = _multipart({"token": SURROGATE, "next": b"/console"}, utf7=("token",))
     with make_client(admin_token=TOKEN) as client:
         answers = [client.post("/console/login", content=body, headers=headers) for _ in range(10)]
-        refused = _sign_in(client)
+        refused = _sign_in(client, token="wrong")
     assert [answer.status_code for answer in answers] == [401] * 10
     assert "That is not the admin token." in _html(answers[0])
     assert refused.status_code == 429
@@ -281,3 +281,14 @@ def test_a_test_deliverys_answer_in_emoji_fits_the_flash_cookie() -> None:
     assert len(f"{FLASH_COOKIE}={cookie.value}") < 4096
     request = type("Request", (), {"cookies": {FLASH_COOKIE: cookie.value}})()
     assert sessions.take_flash(request, session) == message
+
+
+@pytest.mark.parametrize("path", ["/console/waitlist?q=a%FF", "/console/deliveries?partner=%FF"])
+def test_a_filter_that_is_not_utf8_is_refused_on_the_page(make_client: Any, path: str) -> None:
+    """Not read with a replacement character (which would match nothing): the listing's own
+    refusal page, naming the filter."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, _ = _signed_in(client)
+        response = client.get(path, cookies=cookies)
+    assert response.status_code == 400
+    assert "not valid UTF-8" in _html(response)

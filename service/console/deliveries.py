@@ -30,8 +30,8 @@ def register(bp: Blueprint, console: Console) -> None:
     async def listing(
         request: Request, *, replay_errors: dict[str, str], replay: dict[str, str], status: int = 200
     ) -> HTTPResponse:
-        args = query(request)
         try:
+            args = query(request)
             page = await console.summaries(request).deliveries(args)
         except InvalidInput as error:
             return console.refused(request, error, back=DELIVERIES)

@@ -27,6 +27,7 @@ from service.console import charts
 from service.console.session import PATH, Session, Sessions, csrf_matches, same_origin
 from service.errors import from_domain
 from service.exceptions import DomainError
+from service.params import query_pairs
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
@@ -146,9 +147,8 @@ class Console:
 def query(request: Request) -> dict[str, str]:
     """The query string, one value per name; empty values (a form's blank filter) are left out."""
     args: dict[str, str] = {}
-    for name, value in request.query_args:
-        if value != "":
-            args.setdefault(name, value)
+    for name, value in query_pairs(request.query_string, keep_blank=False):
+        args.setdefault(name, value)
     return args
 
 

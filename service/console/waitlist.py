@@ -25,8 +25,8 @@ CHUNK_BYTES = 64 * 1024  # the CSV download goes out in pieces of about this siz
 def register(bp: Blueprint, console: Console) -> None:
     @bp.get("/waitlist")
     async def waitlist(request: Request) -> HTTPResponse:
-        args = query(request)
         try:
+            args = query(request)
             page = await console.summaries(request).registrations(args)
         except InvalidInput as error:
             return console.refused(request, error, back=WAITLIST)
