@@ -147,9 +147,9 @@ async def _seal(settings: Settings, keyring: Keyring) -> int:
 
 
 def _safe_url(url: str) -> str:
-    from sqlalchemy.engine import make_url
+    from service.db.engine import shown_url
 
-    return make_url(url).render_as_string(hide_password=True)
+    return shown_url(url)
 
 
 def cmd_waitlist_export(args: argparse.Namespace, settings: Settings) -> int:

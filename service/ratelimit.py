@@ -27,6 +27,7 @@ import limits
 from limits import RateLimitItem, parse_many
 from limits.aio.storage import SlidingWindowCounterSupport, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
+from limits.errors import ConfigurationError
 from limits.storage import storage_from_string
 
 from service.db.batch import BatchWriter
@@ -352,7 +353,10 @@ class RateLimiter:
             # redis-py's asyncio client: measured here at ~78 µs of client CPU per hit against
             # ~95 µs for coredis (limits' default), on the same sliding-window script.
             options["implementation"] = "redispy"
-        storage = storage_from_string(uri, **options)
+        try:
+            storage = storage_from_string(uri, **options)
+        except ConfigurationError:  # its message quotes the URL, password and all
+            raise ValueError("SERVICE_RATE_LIMIT_STORAGE cannot be read as a storage URL") from None
         assert isinstance(storage, Storage)  # the async+ scheme always builds an async storage
         self.storage = storage
         self.strategy = SlidingWindowCounterRateLimiter(self.storage)

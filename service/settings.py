@@ -38,6 +38,14 @@ OVERLAP_SECONDS_MAX = 30 * 86400
 Delay = Annotated[float, Field(ge=0, le=YEAR_SECONDS, allow_inf_nan=False)]
 
 
+def _has_user_info(url: str) -> bool:
+    """Whether ``url`` names a user (and perhaps a password) before its host."""
+    try:
+        return urlsplit(url).username is not None
+    except ValueError:
+        return "@" in url.partition("://")[2].partition("/")[0]
+
+
 class Settings(BaseSettings):
     # hide_input_in_errors: a refused value (a short admin token, a URL with a password) must not
     # be printed back in the error that stops the start.
@@ -183,6 +191,10 @@ class Settings(BaseSettings):
         value = value.strip().rstrip("/")
         if not value.startswith(("http://", "https://")):
             raise ValueError("SERVICE_BASE_URL must start with http:// or https://")
+        if _has_user_info(value):
+            raise ValueError(
+                "SERVICE_BASE_URL must not carry a user name or password: the documents publish it"
+            )
         return value
 
     @field_validator("waitlist_redirect_url")
@@ -194,6 +206,11 @@ class Settings(BaseSettings):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc or any(c in value for c in "\r\n\t "):
             raise ValueError("SERVICE_WAITLIST_REDIRECT_URL must be an absolute http:// or https:// URL")
+        if _has_user_info(value):
+            raise ValueError(
+                "SERVICE_WAITLIST_REDIRECT_URL must not carry a user name or password: "
+                "browsers are sent to it"
+            )
         return value
 
     @field_validator("database_url")
@@ -212,6 +229,8 @@ class Settings(BaseSettings):
             ) from None
         if port is not None and not 1 <= port <= 65535:
             raise ValueError(f"SERVICE_DATABASE_URL's port {port} is not between 1 and 65535")
+        if url.host and "@" in url.host:  # the rest of a password with an @ left unescaped
+            raise ValueError("SERVICE_DATABASE_URL: an @ in the user name or password is written %40")
         if url.get_backend_name() == "postgresql" and not url.database:
             raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
         return value
@@ -262,6 +281,19 @@ class Settings(BaseSettings):
     def _storage(cls, value: str) -> str:
         if not value.startswith(("memory://", "redis://", "rediss://", "redis+unix://")):
             raise ValueError("SERVICE_RATE_LIMIT_STORAGE must be memory:// or redis://HOST:PORT")
+        if value.startswith(("redis://", "rediss://")):
+            # Checked here, so the server never starts with it: the storage library's own error
+            # quotes the whole URL, password and all. These messages quote none of it.
+            try:
+                parts = urlsplit(value)
+                parts.port  # noqa: B018 - a port that is no number in range only shows when read
+            except ValueError:
+                raise ValueError("SERVICE_RATE_LIMIT_STORAGE: its host or port cannot be read") from None
+            if not parts.hostname:
+                raise ValueError("SERVICE_RATE_LIMIT_STORAGE must name a host: redis://HOST:PORT")
+            database = parts.path.strip("/")
+            if database and not (database.isascii() and database.isdigit()):
+                raise ValueError("SERVICE_RATE_LIMIT_STORAGE: the database must be a number, as in redis://HOST:PORT/0")
         return value
 
     @field_validator("webhook_retry_schedule", mode="before")

@@ -37,3 +37,21 @@ def test_a_database_error_logs_the_statement_without_its_parameters(
     assert "[SQL parameters hidden due to hide_parameters=True]" in logged
     assert MARKER not in logged
     assert first.json["secret"] not in logged
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:pw-never-shown@db:5432/service", "postgresql://app:***@db:5432/service"),
+        (
+            "postgresql://app@db/service?password=pw-never-shown&sslmode=require&sslpassword=pw-never-shown",
+            "postgresql://app@db/service?sslmode=require",
+        ),
+        ("sqlite:///var/service.db", "sqlite:///var/service.db"),
+    ],
+)
+def test_a_database_url_is_shown_without_its_passwords(url: str, shown: str) -> None:
+    """The driver takes a password from the query string too; neither kind is ever printed."""
+    from service.db.engine import shown_url
+
+    assert shown_url(url) == shown

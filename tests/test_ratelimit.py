@@ -508,3 +508,22 @@ def test_the_global_limit_is_unset_by_default():
     assert RateLimiter(Settings()).global_items == []
     with pytest.raises(ValueError, match="SERVICE_WAITLIST_GLOBAL_RATE_LIMIT"):
         Settings(waitlist_global_rate_limit="lots")
+
+
+def test_a_storage_url_the_library_refuses_is_named_without_its_password(monkeypatch):
+    """limits' own error quotes the URL, password and all; the service's names the setting only."""
+    from limits.errors import ConfigurationError
+
+    from service import ratelimit
+    from service.settings import Settings
+
+    url = "redis://:pw-never-shown@127.0.0.1:6379"
+
+    def refuse(uri, **options):
+        raise ConfigurationError(f"Unable to parse storage uri {uri}")
+
+    monkeypatch.setattr(ratelimit, "storage_from_string", refuse)
+    with pytest.raises(ValueError, match="SERVICE_RATE_LIMIT_STORAGE cannot be read") as raised:
+        ratelimit.RateLimiter(Settings(rate_limit_storage=url))
+    assert "pw-never-shown" not in str(raised.value)
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__

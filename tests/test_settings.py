@@ -90,3 +90,29 @@ def test_durations_up_to_their_bounds_are_kept():
     )
     assert (settings.webhook_timeout, settings.webhook_retry_schedule) == (3600, (0, 2.5, year))
     assert Settings(webhook_retry_schedule="").webhook_retry_schedule == ()
+
+
+@pytest.mark.parametrize(
+    ("field", "url"),
+    [
+        ("base_url", "https://ops:pw-never-shown@waitlist.example"),
+        ("base_url", "https://ops@waitlist.example"),
+        ("waitlist_redirect_url", "https://ops:pw-never-shown@site.example/thanks"),
+        ("waitlist_redirect_url", "https://:pw-never-shown@site.example/thanks"),
+    ],
+)
+def test_a_public_url_with_a_user_or_password_stops_the_start(field, url):
+    """The base URL is in every document and the redirect in every browser's Location: a password
+    in either would be published. Refused, and not repeated."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(**{field: url})
+    assert "must not carry a user name or password" in str(caught.value)
+    assert "pw-never-shown" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("field", "url"),
+    [("base_url", "https://waitlist.example/a@b"), ("waitlist_redirect_url", "https://site.example/t?to=a@b")],
+)
+def test_an_at_after_the_host_is_no_user(field, url):
+    assert getattr(Settings(**{field: url}), field) == url

@@ -46,6 +46,12 @@ class Case:
             return {"SERVICE_DATABASE_URL": closed.render_as_string(hide_password=False), **key}
         # The key is judged before any connection: the database named here is never reached.
         closed = with_password.set(host="127.0.0.1", port=free_port()).render_as_string(hide_password=False)
+        if self.name == "unescaped-at":  # the rest of the password would be read as the host
+            at = f"postgresql://postgres:{PASSWORD}@{PASSWORD}@127.0.0.1:{free_port()}/db"
+            return {"SERVICE_DATABASE_URL": at, **key}
+        if self.name == "malformed-redis-url":
+            redis = f"redis://:{PASSWORD}@127.0.0.1:port"
+            return {"SERVICE_DATABASE_URL": closed, "SERVICE_RATE_LIMIT_STORAGE": redis, **key}
         if self.name == "missing-key":
             return {"SERVICE_DATABASE_URL": closed, "SERVICE_SECRETS_KEY": ""}
         assert self.name == "malformed-key"
@@ -57,6 +63,8 @@ CASES = [
     Case("missing-database", True, 'database "absent_'),
     Case("refused-role", True, 'refused role "nobody_'),
     Case("unreachable", False, "cannot be reached (Connection refused)"),
+    Case("unescaped-at", False, "an @ in the user name or password is written %40"),
+    Case("malformed-redis-url", False, "SERVICE_RATE_LIMIT_STORAGE: its host or port cannot be read"),
     Case("missing-key", False, "SERVICE_SECRETS_KEY is not set"),
     Case("malformed-key", False, "SERVICE_SECRETS_KEY key 1 is not a Fernet key"),
 ]

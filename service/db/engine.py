@@ -328,6 +328,14 @@ MISSING_DATABASE = "3D000"  # invalid_catalog_name
 REFUSED_ROLE = "28"  # invalid_authorization_specification, invalid_password
 
 
+def shown_url(database_url: str) -> str:
+    """The URL as a person may see it: its password as ``***``, and without any query parameter
+    that carries one (``?password=``, ``?sslpassword=``, which the driver also takes)."""
+    url = make_url(database_url)
+    hidden = [name for name in url.query if "password" in name.lower()]
+    return url.difference_update_query(hidden).render_as_string(hide_password=True)
+
+
 def _where(url: URL) -> str:
     """host:port/db of a PostgreSQL URL, never its password."""
     host = url.host or "the local socket"
