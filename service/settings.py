@@ -38,6 +38,12 @@ OVERLAP_SECONDS_MAX = 30 * 86400
 Delay = Annotated[float, Field(ge=0, le=YEAR_SECONDS, allow_inf_nan=False)]
 
 
+# What a PostgreSQL URL's query may set: asyncpg's connection parameters that take text (any other
+# name would reach asyncpg as a keyword it refuses, a traceback at start), and libpq's ``sslmode``,
+# which ``db.engine.async_url`` passes on as ``ssl``.
+POSTGRES_QUERY = ("ssl", "sslmode", "password", "passfile", "target_session_attrs", "krbsrvname", "gsslib")
+
+
 def _has_user_info(url: str) -> bool:
     """Whether ``url`` names a user (and perhaps a password) before its host."""
     try:
@@ -231,6 +237,12 @@ class Settings(BaseSettings):
             raise ValueError(f"SERVICE_DATABASE_URL's port {port} is not between 1 and 65535")
         if url.host and "@" in url.host:  # the rest of a password with an @ left unescaped
             raise ValueError("SERVICE_DATABASE_URL: an @ in the user name or password is written %40")
+        unknown = sorted(set(url.query) - set(POSTGRES_QUERY))
+        if url.get_backend_name() == "postgresql" and unknown:
+            raise ValueError(
+                f"SERVICE_DATABASE_URL: unknown query parameter {', '.join(unknown)} "
+                f"(accepted: {', '.join(POSTGRES_QUERY)})"
+            )
         if url.get_backend_name() == "postgresql" and not url.database:
             raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
         return value

@@ -49,6 +49,8 @@ class Case:
         if self.name == "unescaped-at":  # the rest of the password would be read as the host
             at = f"postgresql://postgres:{PASSWORD}@{PASSWORD}@127.0.0.1:{free_port()}/db"
             return {"SERVICE_DATABASE_URL": at, **key}
+        if self.name == "unknown-query":  # asyncpg would refuse the keyword with a traceback
+            return {"SERVICE_DATABASE_URL": closed + "?sslcert=x&application_name=y", **key}
         if self.name == "malformed-redis-url":
             redis = f"redis://:{PASSWORD}@127.0.0.1:port"
             return {"SERVICE_DATABASE_URL": closed, "SERVICE_RATE_LIMIT_STORAGE": redis, **key}
@@ -64,6 +66,7 @@ CASES = [
     Case("refused-role", True, 'refused role "nobody_'),
     Case("unreachable", False, "cannot be reached (Connection refused)"),
     Case("unescaped-at", False, "an @ in the user name or password is written %40"),
+    Case("unknown-query", False, "unknown query parameter application_name, sslcert (accepted: ssl, sslmode"),
     Case("malformed-redis-url", False, "SERVICE_RATE_LIMIT_STORAGE: its host or port cannot be read"),
     Case("missing-key", False, "SERVICE_SECRETS_KEY is not set"),
     Case("malformed-key", False, "SERVICE_SECRETS_KEY key 1 is not a Fernet key"),

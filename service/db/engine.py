@@ -79,8 +79,13 @@ def async_url(database_url: str) -> URL:
     if url.drivername in ("sqlite", "sqlite+pysqlite"):
         return url.set(drivername="sqlite+aiosqlite")
     if url.drivername in ("postgresql", "postgres", "postgresql+psycopg2", "postgresql+psycopg"):
-        return url.set(drivername="postgresql+asyncpg")
+        url = url.set(drivername="postgresql+asyncpg")
+    if url.get_backend_name() == "postgresql" and "sslmode" in url.query:
+        # libpq's name, which every guide and hosted database gives; asyncpg takes the same modes
+        # (disable ... verify-full) as ``ssl``.
+        url = url.difference_update_query(["sslmode"]).update_query_dict({"ssl": url.query["sslmode"]})
     return url
+
 
 
 def is_sqlite(database_url: str) -> bool:
