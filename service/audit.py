@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
+from service.db.faults import unavailable
 from service.exceptions import DomainError
 from service.logs import mask
 
@@ -162,4 +163,6 @@ def _status(error: BaseException) -> int:
         from service.errors import from_domain
 
         return int(from_domain(error).status_code)
+    if unavailable(error):  # the storage cannot do the work now: answered 503 (service.handlers)
+        return 503
     return 500

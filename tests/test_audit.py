@@ -7,6 +7,7 @@ import inspect
 import json
 import logging
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -165,6 +166,30 @@ async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogC
             "registration": None,
         }
     ]
+
+
+@pytest.mark.parametrize(
+    ("error", "status"),
+    [
+        (ConnectionRefusedError(111, "Connect call failed"), 503),  # the storage cannot do it now
+        (sqlite3.OperationalError("disk I/O error"), 503),
+        (RuntimeError("a bug"), 500),
+    ],
+)
+async def test_a_failed_operation_logs_the_status_its_client_is_answered(
+    audit_log: pytest.LogCaptureFixture, error: Exception, status: int
+) -> None:
+    """As ``service.handlers`` answers: 503 while the storage is unavailable, 500 for the rest."""
+
+    @audit.audited
+    class Example:
+        async def act(self, partner_id: str) -> None:
+            raise error
+
+    with pytest.raises(type(error)):
+        await Example().act("ptn_1")
+    [line] = audit_lines(audit_log)
+    assert (line["outcome"], line["status"]) == ("error", status)
 
 
 @pytest.mark.parametrize("operations", [Operations, RegistrationOperations])
