@@ -47,6 +47,9 @@ UNKNOWN_ACTOR = "unknown"  # an operation called outside any adapter (a script, 
 # Arguments and answer members that name what an operation acted on, and the log key for each.
 ARGUMENTS = {"partner_id": "partner", "delivery_id": "delivery", "event_id": "event", "email": "registration"}
 ANSWER = {"partnerId": "partner", "eventId": "event", "deliveryId": "delivery"}
+# Longer than any id the service makes (64, an event's): what a client gave is cut there, so a
+# refused call naming a 30,000-character partner writes a line of ordinary length.
+NAME_MAX = 80
 
 _actor: ContextVar[str] = ContextVar("audit_actor", default=UNKNOWN_ACTOR)
 _line: ContextVar[dict[str, Any] | None] = ContextVar("audit_line", default=None)  # the outermost call's
@@ -85,7 +88,16 @@ def note(**facts: str | int | None) -> None:
     Outside any audited call (a helper run on its own) this does nothing."""
     line = _line.get()
     if line is not None:
-        line.update((key, value) for key, value in facts.items() if value is not None)
+        line.update((key, _bounded(value)) for key, value in facts.items() if value is not None)
+
+
+def _bounded(value: str | int) -> str | int:
+    return _cut(value) if isinstance(value, str) else value
+
+
+def _cut(name: str) -> str:
+    """A name as the line carries it: at most ``NAME_MAX`` characters, a cut one ending in ``…``."""
+    return name if len(name) <= NAME_MAX else name[: NAME_MAX - 1] + "\N{HORIZONTAL ELLIPSIS}"
 
 
 def unaudited(method: F) -> F:
@@ -128,7 +140,7 @@ def audit(method: F) -> F:
             _line.reset(token)
         if isinstance(answer, Mapping):
             line.update(
-                (key, answer[member])
+                (key, _bounded(answer[member]))
                 for member, key in answer_members.items()
                 if _fact(answer.get(member)) and key not in line
             )
@@ -143,7 +155,7 @@ def _named(arguments: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     for name, key in ARGUMENTS.items():
         value = arguments.get(name)
         if isinstance(value, str):
-            yield key, _masked(value) if key == "registration" else value
+            yield key, _masked(value) if key == "registration" else _cut(value)
 
 
 def _fact(value: object) -> bool:

@@ -168,6 +168,19 @@ async def test_an_operation_calling_another_is_one_action(audit_log: pytest.LogC
     ]
 
 
+def test_a_name_a_client_gave_is_cut_to_an_ordinary_length(
+    make_client: Any, audit_log: pytest.LogCaptureFixture
+) -> None:
+    """A refused replay naming a 30,000-character partner writes a line of ordinary length."""
+    with make_client(**settings()) as client:
+        body = {"since": "2026-01-01T00:00:00Z", "partner": "p" * 30_000}
+        answer = client.post("/admin/deliveries/replay", json=body, headers=AUTH)
+    assert answer.status_code == 404, answer.text
+    [line] = audit_lines(audit_log)
+    assert line["partner"] == "p" * (audit.NAME_MAX - 1) + "\N{HORIZONTAL ELLIPSIS}"
+    assert len(json.dumps(line)) < 500
+
+
 @pytest.mark.parametrize(
     ("error", "status"),
     [
