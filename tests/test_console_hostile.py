@@ -292,3 +292,32 @@ def test_a_filter_that_is_not_utf8_is_refused_on_the_page(make_client: Any, path
         response = client.get(path, cookies=cookies)
     assert response.status_code == 400
     assert "not valid UTF-8" in _html(response)
+
+
+def test_a_form_field_given_twice_is_refused_and_nothing_is_erased(make_client: Any) -> None:
+    """Which of two addresses to erase is never guessed: 400 naming the field, both kept."""
+    with make_client(admin_token=TOKEN) as client:
+        for email in ("a@example.com", "b@example.com"):
+            assert client.post("/api/waitlist", json={"email": email, "intent": "claim"}).status_code == 200
+        cookies, csrf = _signed_in(client)
+        form = {"email": ["a@example.com", "b@example.com"], "confirm": "yes", "csrf": csrf}
+        response = client.post("/console/waitlist/erase", data=form, headers=ORIGIN, cookies=cookies)
+        kept = client.get("/admin/waitlist", headers=BEARER).json["entries"]
+    assert response.status_code == 400
+    assert "This field appears more than once." in _html(response)
+    assert sorted(entry["email"] for entry in kept) == ["a@example.com", "b@example.com"]
+
+
+def test_the_partner_forms_event_checkboxes_may_repeat(make_client: Any) -> None:
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, csrf = _signed_in(client)
+        form = {
+            "name": "Two kinds",
+            "url": "http://127.0.0.1:9/hook",
+            "events": ["room.claimed", "room.trending"],
+            "csrf": csrf,
+        }
+        response = client.post("/console/partners", data=form, headers=ORIGIN, cookies=cookies)
+        assert response.status_code == 303, response.text
+        [partner] = _partners(client)
+    assert partner["events"] == ["room.claimed", "room.trending"]

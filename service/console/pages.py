@@ -26,7 +26,7 @@ from service.clock import Clock, format_timestamp
 from service.console import charts
 from service.console.session import PATH, Session, Sessions, csrf_matches, same_origin
 from service.errors import from_domain
-from service.exceptions import DomainError
+from service.exceptions import DomainError, FieldError, InvalidInput
 from service.params import query_pairs
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
@@ -163,6 +163,11 @@ def link(path: str, args: Mapping[str, str | None]) -> str:
     return f"{path}?{urlencode(kept)}" if kept else path
 
 
+# Form fields a console form sends once per choice (the partner form's event checkboxes); any
+# other field given twice is refused.
+LISTS = frozenset({"events"})
+
+
 def guard(bp: Blueprint, console: Console) -> None:
     """Every request: a session (else sign in), and on POST its CSRF token and our origin (else 403);
     every answer: the security headers."""
@@ -198,6 +203,12 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         return too_large(console, request)
     if not (same_origin(request, console.settings.base_url) and csrf_matches(request, session)):
         return forbidden(console, request)
+    fields: Mapping[str, list[str]] = request.form or {}
+    repeated = [name for name, values in fields.items() if len(values) > 1 and name not in LISTS]
+    if repeated:  # as the admin API refuses a member given twice: never a guess between them
+        message = "This field appears more than once."
+        error = InvalidInput(errors=[FieldError(name, "repeated", message) for name in repeated])
+        return console.refused(request, error, back=PATH)
     return None
 
 
