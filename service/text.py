@@ -32,6 +32,19 @@ def text_fault(value: str) -> str | None:
     return None
 
 
+LINE_MESSAGE = "This field must be one line of text, without control characters or marks that reorder it."
+
+
+def line_fault(value: str) -> str | None:
+    """Why ``value`` cannot be a one-line label (a partner's name, shown in listings, pages and
+    metrics), as a sentence for the client; None if it can. Besides ``text_fault``: no control
+    character, line break or mark that reorders text on screen."""
+    fault = text_fault(value)
+    if fault is None and any(ord(char) in _CONTROLS for char in value):
+        return LINE_MESSAGE
+    return fault
+
+
 def storable(value: str) -> str:
     """A pydantic validator: ``value`` unchanged, or an ``invalid_characters`` error saying why not."""
     fault = text_fault(value)

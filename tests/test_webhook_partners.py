@@ -115,6 +115,9 @@ async def _public_dns(host: str, port: int) -> list[str]:
         ({"name": "P", "url": "http://partner.example/"}, [("url", "insecure_scheme")]),
         ({"name": "P", "url": "https://" + "a" * 2100}, [("url", "too_long")]),
         ({"name": "P", "url": "https://a..b/x"}, [("url", "invalid_url")]),
+        ({"name": "Acme\u202eevil", "url": URL}, [("name", "invalid_characters")]),  # reorders on screen
+        ({"name": "Acme\nPartner", "url": URL}, [("name", "invalid_characters")]),  # breaks a listing's line
+        ({"name": "Acme\x1b[31m", "url": URL}, [("name", "invalid_characters")]),  # a terminal escape
         ({"name": "P", "url": "https://" + "a" * 64 + ".com/x"}, [("url", "invalid_url")]),
     ],
 )

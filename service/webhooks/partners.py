@@ -39,7 +39,7 @@ from service.ids import new_id
 from service.keyring import SEALED, Keyring
 from service.states import DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
-from service.text import text_fault
+from service.text import line_fault, text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
 from service.webhooks.breaker import BreakerState, Change, circuit, resumed
 from service.webhooks.notify import notify
@@ -168,7 +168,7 @@ def _events_filter(value: object) -> tuple[tuple[str, ...] | None, list[FieldErr
 def _name_errors(name: object) -> list[FieldError]:
     if not isinstance(name, str):
         return [FieldError("name", "invalid_type", "Must be a string.")]
-    if (fault := text_fault(name)) is not None:
+    if (fault := line_fault(name)) is not None:
         return [FieldError("name", TEXT_CODE, fault)]
     if not name.strip():
         return [FieldError("name", "invalid", "Must not be empty.")]
