@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from service.clock import ManualClock
-from service.webhooks.send import Sender
+from service.webhooks.send import MAX_INFORMATIONAL, Sender
 
 
 @asynccontextmanager
@@ -45,3 +45,117 @@ async def test_a_body_that_trickles_after_its_status_frees_the_slot_within_the_e
             timeout=10,  # the attempt's own timeout is a minute; an unbounded excerpt would hit this
         )
     assert (attempt.status_code, attempt.error_class, attempt.response_excerpt) == (200, None, "received")
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request off the connection; its delivery id (the ``webhook-id`` header)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line)
+    await reader.readexactly(int(fields[b"Content-Length"]))
+    return fields[b"webhook-id"]
+
+
+async def test_bytes_a_partner_sends_on_an_idle_connection_never_answer_the_next_request() -> None:
+    """A partner writes an answer to no request on a kept-alive connection: the next delivery goes
+    out on another connection and is answered there, never marked by the stale bytes (a stale 200
+    marked a delivery delivered that never left)."""
+    received: list[bytes] = []
+    stale_written = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                received.append(await _read_request(reader))
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+                if len(received) == 1:
+                    await stale_written.wait()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstale")
+                    await writer.drain()
+                    stale_written.clear()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def ping(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Answered once the stale bytes are on their way: by its answer they have arrived."""
+        await reader.readexactly(1)
+        stale_written.set()
+        while stale_written.is_set():
+            await asyncio.sleep(0)
+        writer.write(b".")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    pinger = await asyncio.start_server(ping, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    try:
+        async with Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
+            first = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=["s"])
+            reader, writer = await asyncio.open_connection("127.0.0.1", pinger.sockets[0].getsockname()[1])
+            writer.write(b"?")
+            await reader.readexactly(1)
+            writer.close()
+            for _ in range(3):  # the stale bytes are read off the idle connection by now
+                await asyncio.sleep(0)
+            second = await sender.send(url=url, event="room.claimed", delivery_id="dlv_2", body=b"{}", secrets=["s"])
+    finally:
+        for running in (server, pinger):
+            running.close()
+    assert (first.status_code, first.response_excerpt) == (200, "ok")
+    assert (second.status_code, second.response_excerpt) == (200, "ok")
+    assert received == [b"dlv_1", b"dlv_2"]
+
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+FLOOD = b"HTTP/1.1 100 Continue\r\n\r\n" * 64
+HINT = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n"
+FINAL = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+
+def _informational(count: int | None) -> Handler:
+    """A partner that sends ``count`` informational answers (a flood of them for ever if None),
+    then its final one."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        try:
+            sent = 0
+            while count is None or sent < count:
+                writer.write(FLOOD if count is None else HINT)
+                await writer.drain()
+                sent += 1
+            writer.write(FINAL)
+            await writer.drain()
+        except ConnectionError:
+            pass
+        writer.close()
+
+    return answer
+
+
+async def test_a_partner_streaming_informational_answers_fails_the_attempt_at_once() -> None:
+    """A partner that sends "100 Continue" for ever: the attempt ends as "protocol" after
+    MAX_INFORMATIONAL of them, long before its one-minute timeout, the loop free meanwhile."""
+    server = await asyncio.start_server(_informational(None), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    try:
+        async with Sender(timeout=60, allow_private=True, clock=ManualClock()) as sender:
+            attempt = await asyncio.wait_for(
+                sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=["s"]),
+                timeout=10,
+            )
+    finally:
+        server.close()
+    assert (attempt.status_code, attempt.error_class) == (None, "protocol")
+
+
+async def test_a_few_informational_answers_before_the_final_one_are_read_past() -> None:
+    server = await asyncio.start_server(_informational(MAX_INFORMATIONAL), "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    try:
+        async with Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
+            attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=["s"])
+    finally:
+        server.close()
+    assert (attempt.status_code, attempt.response_excerpt) == (200, "ok")

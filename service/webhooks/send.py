@@ -13,12 +13,13 @@ import asyncio
 import functools
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import aiohttp
+from aiohttp.http import RawResponseMessage
 from yarl import URL
 
 from service.clock import Clock, Timer
@@ -54,6 +55,66 @@ TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the cat
 # "protocol" and no more of the head is read.
 MAX_HEADER_LINE_BYTES = 8190
 MAX_HEADERS = 64
+# Informational answers (1xx) a partner may send before its final one. The service asks for none
+# (it sends no Expect: 100-continue), and a server sends a 103 Early Hints or two at most; past
+# this the attempt fails as "protocol". aiohttp reads them in a loop that does not give the event
+# loop back while it has more buffered: a partner streaming "100 Continue" kept the loop busy past
+# the attempt's timeout, and every other partner waited behind it (eight such partners held the
+# loop 1.3 s at a time).
+MAX_INFORMATIONAL = 8
+# How many pooled connections an attempt may find spoiled (below) before it gives up as "protocol".
+STALE_TRIES = 4
+
+
+class StaleConnection(aiohttp.ClientConnectionError):
+    """A pooled connection carried bytes its partner sent while it sat idle: an answer to no
+    request. Taken as the next request's answer, it would stand for a request never sent."""
+
+
+class InformationalFlood(aiohttp.ClientError):
+    """More informational (1xx) answers than ``MAX_INFORMATIONAL`` before the final one."""
+
+
+class _Request(aiohttp.ClientRequest):
+    """aiohttp's request (``ClientSession(request_class=...)``) with two guards on its connection.
+
+    - Never a pooled connection its partner wrote on while it was idle: aiohttp checks a
+      connection when it is given back, not when it is taken again, and would read those bytes as
+      this request's answer (a stale 200 marked a delivery delivered that never left; a stale 410
+      would pause the partner). Refused before a byte is written, so the attempt may go again on
+      another connection.
+    - At most ``MAX_INFORMATIONAL`` informational answers before each final one: the connection's
+      reads are counted, once per connection (``_bounded``)."""
+
+    async def send(self, conn: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        protocol = conn.protocol
+        if protocol is not None:
+            if protocol.should_close:  # bytes buffered, or a closing peer
+                raise StaleConnection("the partner wrote on an idle connection")
+            if "read" not in vars(protocol):
+                protocol.read = _bounded(protocol.read)  # type: ignore[method-assign]
+        return await super().send(conn)
+
+
+def _bounded(
+    read: Callable[[], Coroutine[Any, Any, tuple[RawResponseMessage, aiohttp.StreamReader]]],
+) -> Callable[[], Coroutine[Any, Any, tuple[RawResponseMessage, aiohttp.StreamReader]]]:
+    """A connection's ``read`` (what aiohttp's response awaits for each answer on it) failing
+    past ``MAX_INFORMATIONAL`` informational answers in a row."""
+    informational = 0
+
+    async def bounded() -> tuple[RawResponseMessage, aiohttp.StreamReader]:
+        nonlocal informational
+        message, payload = await read()
+        if 100 <= message.code < 200 and message.code != 101:
+            informational += 1
+            if informational > MAX_INFORMATIONAL:
+                raise InformationalFlood("more informational answers than any server sends")
+        else:
+            informational = 0
+        return message, payload
+
+    return bounded
 
 
 class Attempt(NamedTuple):
@@ -87,6 +148,8 @@ def error_class(error: BaseException) -> str:
         return "tls"
     if isinstance(error, aiohttp.ClientConnectorError):
         return "connect"
+    if isinstance(error, StaleConnection | InformationalFlood):
+        return "protocol"
     if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
         return "disconnected"
     if isinstance(error, aiohttp.ClientPayloadError | aiohttp.ClientResponseError):
@@ -148,6 +211,7 @@ class Sender:
         self._session = aiohttp.ClientSession(
             connector=connector,
             timeout=self._timeout,
+            request_class=_Request,
             # Partners must not share (or plant) cookies; proxies from the environment are ignored.
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,
@@ -191,14 +255,20 @@ class Sender:
         headers["Content-Type"] = "application/json"
         try:
             target = _target(url, self._allow_private)
-            async with self._session.post(
-                target, data=body, headers=headers, allow_redirects=False
-            ) as response:
-                status = response.status
-                header = response.headers.get("Retry-After")
-                # The clock is read only when there is a header to read it against.
-                retry_after = parse_retry_after(header, self._clock()) if header is not None else None
-                excerpt = await _excerpt(response, self._excerpt_timeout)
+            for tries_left in range(STALE_TRIES - 1, -1, -1):
+                try:
+                    async with self._session.post(
+                        target, data=body, headers=headers, allow_redirects=False
+                    ) as response:
+                        status = response.status
+                        header = response.headers.get("Retry-After")
+                        # The clock is read only when there is a header to read it against.
+                        retry_after = parse_retry_after(header, self._clock()) if header is not None else None
+                        excerpt = await _excerpt(response, self._excerpt_timeout)
+                    break
+                except StaleConnection:  # closed, and nothing was sent on it: on another one
+                    if not tries_left:
+                        raise
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
             return Attempt(started_at, self._ms_since(began), error_class=error_class(error))
         return Attempt(
