@@ -216,6 +216,14 @@ class GuardedProtocol(HttpProtocol):
             self.transport.abort()
 
 
+def _has_path(request: Request) -> bool:
+    try:
+        request.path  # noqa: B018 - httptools gives an absolute-form target without a path none
+    except AttributeError:
+        return False
+    return True
+
+
 class GuardedRequest(Request):
     """Sanic's request, its framing checked (``service.framing``), telling ``GuardedProtocol`` when
     the headers and the body are in.
@@ -239,6 +247,10 @@ class GuardedRequest(Request):
     ) -> None:
         try:
             super().__init__(url_bytes, headers, version, method, transport, app, head, stream_id)
+            if url_bytes[:1] != b"/" and not _has_path(self):
+                # An absolute-form target without a path ("GET http://evil"): httptools reads no
+                # path, and routing, then the error handler, failed on it (a plain-text 500).
+                raise BadURL("Bad Request")
         except BadURL:
             if head:
                 raise  # a request whose target is no URL: 400, through the empty request below
@@ -262,6 +274,11 @@ class GuardedRequest(Request):
             chunked = "transfer-encoding" in self.headers
             length = self.headers.get("content-length")
             guard.after_chunked = chunked
+            if chunked and guard.http is not None:
+                # No request follows a chunked one on this connection (above): its answer says so
+                # (Connection: close) and the connection ends, so a client never sends a next
+                # request only to have it refused.
+                guard.http.keep_alive = False
             guard.headers_in(chunked or (length is not None and length.strip() != "0"))
 
     async def receive_body(self) -> None:

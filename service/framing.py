@@ -11,7 +11,13 @@ clients"):
 - an obsolete continuation line (a line starting with a space or a tab);
 - a bare CR or LF inside a line;
 - a ``Content-Length`` that is not ASCII digits (Python's ``int`` reads ``٢`` as 2);
-- more than one ``Content-Length``, or ``Content-Length`` beside ``Transfer-Encoding``.
+- more than one ``Content-Length``, or ``Content-Length`` beside ``Transfer-Encoding``;
+- a ``Transfer-Encoding`` other than ``chunked`` (Sanic strips any Unicode whitespace before
+  comparing, so ``\x0bchunked``, which a strict parser reads as an unknown coding, was chunked);
+- a request line that is not a method of capital letters, ``-`` or ``_`` (as nginx holds them),
+  one space, a target without whitespace or control bytes, one space and ``HTTP/1.x``: a bare CR
+  or LF there, or a method in lower case (Sanic answered ``head`` as HEAD, without the body its
+  ``Content-Length`` announced), is refused too.
 
 What Sanic reads of a chunked body is not seen here (the CRLF after each chunk's data is not
 checked), so a connection that carried a chunked body serves no further request: the shipped nginx
@@ -30,6 +36,8 @@ import re
 # say why.
 _FIELDS = re.compile(rb"(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*)*")
 _LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)")
+_CODING = re.compile(rb"\r\n(?i:transfer-encoding):[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)")
+_REQUEST_LINE = re.compile(rb"[A-Z_-]+ [^\x00-\x20\x7f]+ HTTP/1\.[01]")
 
 
 def framing_fault(head: bytes) -> str | None:
@@ -37,20 +45,24 @@ def framing_fault(head: bytes) -> str | None:
     it is not."""
     start = head.find(b"\r\n")
     if start == -1:
-        return None  # a request line alone
+        start = len(head)  # a request line alone
+    if not _REQUEST_LINE.fullmatch(head, 0, start):
+        return "a request line that is not METHOD TARGET HTTP/1.x"
     fields = head[start:]
     if not _FIELDS.fullmatch(fields):
         return _malformed(fields)
     lowered = fields.lower()  # header names are case-insensitive; digits are unchanged
-    if b"\r\ncontent-length:" not in lowered:
-        return None
-    lengths = _LENGTH.findall(lowered)
-    if any(not length.isdigit() for length in lengths):  # bytes.isdigit is ASCII only
-        return "a Content-Length that is not ASCII digits"
-    if len(lengths) > 1:
-        return "more than one Content-Length"
-    if b"\r\ntransfer-encoding:" in lowered:
-        return "both Content-Length and Transfer-Encoding"
+    chunked = b"\r\ntransfer-encoding:" in lowered
+    if b"\r\ncontent-length:" in lowered:
+        lengths = _LENGTH.findall(lowered)
+        if any(not length.isdigit() for length in lengths):  # bytes.isdigit is ASCII only
+            return "a Content-Length that is not ASCII digits"
+        if len(lengths) > 1:
+            return "more than one Content-Length"
+        if chunked:
+            return "both Content-Length and Transfer-Encoding"
+    if chunked and any(coding != b"chunked" for coding in _CODING.findall(fields)):
+        return "a Transfer-Encoding other than chunked"
     return None
 
 

@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic_core import ErrorDetails, PydanticCustomError
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.config import Config
+from sanic.exceptions import InvalidHeader
 from sanic.response import raw
 
 from service.bodies import FORM, media_type, read_body
@@ -181,7 +182,11 @@ def from_html_form(request: Request) -> bool:
     """A browser's form post: URL-encoded, and its Accept prefers text/html to JSON (ties go to JSON)."""
     if media_type(request)[0] != FORM:
         return False
-    return request.accept.match("application/json", "text/html").mime == "text/html"
+    try:
+        accept = request.accept
+    except InvalidHeader:  # an Accept no one can read prefers nothing: JSON, as for a tie
+        return False
+    return accept.match("application/json", "text/html").mime == "text/html"
 
 
 def refused_url(redirect: str, error: ServiceError) -> str:

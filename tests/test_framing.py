@@ -103,6 +103,13 @@ def refused(responses: list[tuple[int, dict[str, str]]]) -> bool:
             + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
             id="length-and-chunked",
         ),
+        pytest.param(
+            b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Transfer-Encoding: \x0bchunked\r\n\r\n"
+            + b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n",
+            id="chunked-after-a-vertical-tab",  # Sanic strips any Unicode space; a strict parser none
+        ),
+        pytest.param(b"GE\nT /healthz HTTP/1.1\r\nHost: x\r\n\r\n", id="bare-lf-in-the-method"),
+        pytest.param(b"head /healthz HTTP/1.1\r\nHost: x\r\n\r\n", id="lower-case-method"),
     ],
 )
 def test_malformed_framing_is_400_and_closes_the_connection(port: int, raw: bytes) -> None:
@@ -122,6 +129,15 @@ def test_a_chunk_without_its_crlf_lets_no_second_request_through(port: int) -> N
         assert refused(responses[1:])
 
 
+def test_a_chunked_request_is_answered_with_connection_close(port: int) -> None:
+    """No request may follow a chunked one on its connection: the answer says so and the
+    connection ends, so a client never sends a correct request only to have it refused."""
+    chunked = b"%x\r\n" % len(BODY) + BODY + b"\r\n0\r\n\r\n"
+    raw = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Transfer-Encoding: chunked\r\n\r\n" + chunked
+    [(status, headers)] = exchange(port, raw)  # read until the server closes the connection
+    assert (status, headers["connection"]) == (200, "close")
+
+
 def test_well_formed_requests_share_a_connection(port: int) -> None:
     """The checks refuse nothing well formed: two requests on one connection, both answered."""
     first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
@@ -131,7 +147,15 @@ def test_well_formed_requests_share_a_connection(port: int) -> None:
 
 # Request targets the URL parser refuses: a path without its leading slash, a bare query, and
 # control bytes in the query.
-BAD_TARGETS = [b"healthz", b"?a", b"/healthz?\x00", b"/healthz?\x7f"]
+BAD_TARGETS = [
+    b"healthz",
+    b"?a",
+    b"/healthz?\x00",
+    b"/healthz?\x7f",
+    b"http://evil",  # absolute form without a path: httptools reads none (a plain-text 500 before)
+    b"http://evil?x=1",
+    b"https://evil:443",
+]
 
 
 @pytest.mark.parametrize("target", BAD_TARGETS)
@@ -244,6 +268,16 @@ def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
         (b"GET / HTTP/1.1\r\ncontent-length:\t3\t", None),
         (b"GET / HTTP/1.1\r\nX-Content-Length: x\r\nX-Transfer-Encoding: y", None),
         (b"GET / HTTP/1.1\r\nHost: x\r\n", "a header name that is not a token"),
+        (b"GE\nT / HTTP/1.1\r\nHost: x", "a request line that is not METHOD TARGET HTTP/1.x"),
+        (b"head / HTTP/1.1\r\nHost: x", "a request line that is not METHOD TARGET HTTP/1.x"),
+        (b"G\xe9T / HTTP/1.1", "a request line that is not METHOD TARGET HTTP/1.x"),
+        (b"M-SEARCH * HTTP/1.1\r\nHost: x", None),
+        (b"GET http://x/a HTTP/1.0", None),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: \x0bchunked", "a Transfer-Encoding other than chunked"),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding:\xc2\xa0chunked", "a Transfer-Encoding other than chunked"),
+        (b"POST / HTTP/1.1\r\nTransfer-Encoding: gzip, chunked", "a Transfer-Encoding other than chunked"),
+        (b"POST / HTTP/1.1\r\nTRANSFER-ENCODING: Chunked", "a Transfer-Encoding other than chunked"),
+        (b"POST / HTTP/1.1\r\ntransfer-encoding:\tchunked\t", None),
     ],
 )
 def test_framing_fault(head: bytes, fault: str | None) -> None:
@@ -257,8 +291,22 @@ _TOKEN_LINES = re.compile(rb"(?:\r\n[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\r\n]*)*")
 _ANY_CASE_LENGTH = re.compile(rb"\r\ncontent-length:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)", re.IGNORECASE)
 
 
+_METHOD = re.compile(rb"[A-Z_-]+")
+_CODINGS = re.compile(rb"\r\ntransfer-encoding:[ \t]*([^\r\n]*?)[ \t]*(?=\r\n|$)", re.IGNORECASE)
+
+
 def check_in_turn(head: bytes) -> str | None:
     start = head.find(b"\r\n")
+    line = head if start == -1 else head[:start]
+    parts = line.split(b" ")
+    if (
+        len(parts) != 3
+        or not _METHOD.fullmatch(parts[0])
+        or not parts[1]
+        or any(byte <= 0x20 or byte == 0x7F for byte in parts[1])
+        or parts[2] not in (b"HTTP/1.0", b"HTTP/1.1")
+    ):
+        return "a request line that is not METHOD TARGET HTTP/1.x"
     if start == -1:
         return None
     fields = head[start:]
@@ -276,6 +324,8 @@ def check_in_turn(head: bytes) -> str | None:
         return "more than one Content-Length"
     if lengths and re.search(rb"\r\ntransfer-encoding:", fields, re.IGNORECASE):
         return "both Content-Length and Transfer-Encoding"
+    if any(coding != b"chunked" for coding in _CODINGS.findall(fields)):
+        return "a Transfer-Encoding other than chunked"
     return None
 
 
@@ -297,8 +347,15 @@ _LINE = st.one_of(
 _LINES = st.lists(_LINE, max_size=5)
 
 
+_REQUEST_LINES = st.sampled_from(
+    [b"GET / HTTP/1.1", b"POST /api/waitlist HTTP/1.0", b"M-SEARCH * HTTP/1.1", b"head / HTTP/1.1",
+     b"GE\nT / HTTP/1.1", b"GET  / HTTP/1.1", b"GET / HTTP/2.0", b"G(T / HTTP/1.1", b" / HTTP/1.1",
+     b"GET /a\x00b HTTP/1.1", b"GET http://evil HTTP/1.1", b"GET /\x7f HTTP/1.1", b"GET / HTTP/1.1 "]
+)  # fmt: skip
+
+
 @settings(max_examples=1000, deadline=None)
-@given(_LINES)
-def test_framing_fault_agrees_with_the_checks_made_in_turn(lines: list[bytes]) -> None:
-    head = b"\r\n".join([b"GET / HTTP/1.1", *lines])
+@given(_REQUEST_LINES, _LINES)
+def test_framing_fault_agrees_with_the_checks_made_in_turn(request_line: bytes, lines: list[bytes]) -> None:
+    head = b"\r\n".join([request_line, *lines])
     assert framing_fault(head) == check_in_turn(head)

@@ -42,6 +42,18 @@ def test_a_browser_form_post_is_sent_to_the_thank_you_url(make_client: Any, data
     assert [row["email"] for row in rows] == ["ada@example.com"]
 
 
+@pytest.mark.parametrize("accept", ["text/html;q=garbage", ",,,;;;"])
+def test_an_accept_no_one_can_read_is_answered_in_json(make_client: Any, database_url: str, accept: str) -> None:
+    """Not a 400 that loses the registration: an unreadable Accept prefers nothing, as a tie does."""
+    headers = {**BROWSER, "accept": accept}
+    with make_client(database_url=database_url, waitlist_redirect_url=THANKS) as client:
+        response = client.post("/api/waitlist", content=GOOD, headers=headers)
+        rows = client.run(stored_rows(database_url))
+    assert response.status_code == 200
+    assert response.json["ok"] is True
+    assert [row["email"] for row in rows] == ["ada@example.com"]
+
+
 @pytest.mark.parametrize(
     ("fields", "error", "field"),
     [
