@@ -188,15 +188,28 @@ class GuardedProtocol(HttpProtocol):
 
     # what GuardedRequest reports -----------------------------------------------------------------
 
-    def headers_in(self, with_body: bool) -> None:
+    def headers_in(self, with_body: bool, pipelined: bool = False) -> None:
+        """The request's head is in; ``pipelined``: bytes of another request came after it."""
         if self._began is None:  # a request that came in one read: its clock started there
             self._began = time.monotonic()
         self._headers_in = True
         if not with_body:
-            self._began = None
+            self._next_request(pipelined)
 
     def body_in(self) -> None:
+        self._next_request(bool(self.recv_buffer))
+
+    def refused(self) -> None:
+        """The request is refused and the connection ends: no deadline runs on it."""
         self._began = None
+
+    def _next_request(self, pipelined: bool) -> None:
+        """The request is read. Bytes of the next one already here came without a read of their
+        own (``data_received`` starts the clock): its deadline for headers starts now."""
+        if pipelined:
+            self._began, self._headers_in = time.monotonic(), False
+        else:
+            self._began = None
 
     def overdue(self, now: float) -> bool:
         """Whether the request being received has missed its deadline (headers, then body)."""
@@ -268,7 +281,7 @@ class GuardedRequest(Request):
         if fault is not None:
             log.debug("request framing refused: %s", fault)
             if guard is not None:
-                guard.body_in()
+                guard.refused()
             raise BadRequest("Bad Request")
         if guard is not None:
             chunked = "transfer-encoding" in self.headers
@@ -279,7 +292,10 @@ class GuardedRequest(Request):
                 # (Connection: close) and the connection ends, so a client never sends a next
                 # request only to have it refused.
                 guard.http.keep_alive = False
-            guard.headers_in(chunked or (length is not None and length.strip() != "0"))
+            with_body = chunked or (length is not None and length.strip() != "0")
+            # Sanic drops the head (and its blank line) from the buffer after this: anything more
+            # there is the next request.
+            guard.headers_in(with_body, pipelined=len(guard.recv_buffer) > len(self.head) + 4)
 
     async def receive_body(self) -> None:
         await super().receive_body()  # type: ignore[no-untyped-call]

@@ -1,19 +1,21 @@
-"""A connection closed while its client is still sending closes in two steps (``GuardedProtocol``):
-the answer and a FIN, then what the client still sends is read and thrown away, within a time and
-a byte budget. The real server's side of it is in tests/test_framing.py; here the protocol runs
-against a recording transport, its timer taken from the loop rather than waited for."""
+"""``GuardedProtocol`` against a recording transport, its timers taken from the loop rather than
+waited for: a connection closed while its client is still sending closes in two steps (the answer
+and a FIN, then what the client still sends is read and thrown away, within a time and a byte
+budget; the real server's side of it is in tests/test_framing.py), and a pipelined request gets
+its own deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
 from sanic import Sanic
 
-from service.connections import LINGER_BYTES, LINGER_FOR, GuardedProtocol
+from service.connections import HEADERS_WITHIN, LINGER_BYTES, LINGER_FOR, GuardedProtocol
 
 _names = itertools.count()
 
@@ -147,3 +149,24 @@ async def test_closing_a_lingering_connection_closes_it(timers: Timers) -> None:
     protocol.close()
     protocol.close()
     assert transport.calls == ["write_eof", "resume_reading", "close"]
+
+
+@pytest.mark.parametrize(
+    ("with_body", "pipelined"), [(False, True), (False, False), (True, True), (True, False)]
+)
+async def test_a_pipelined_request_gets_its_own_headers_deadline(
+    timers: Timers, with_body: bool, pipelined: bool
+) -> None:
+    """Bytes of a second request that came in the same read as the first start no clock in
+    ``data_received``: its deadline for headers starts once the first is read, so a head left
+    unfinished is cut at HEADERS_WITHIN, not at Sanic's own 60 s request timeout."""
+    protocol = connected(Transport())
+    protocol.data_received(b"first request...")
+    protocol.headers_in(with_body, pipelined=pipelined and not with_body)
+    if with_body:
+        protocol.recv_buffer.clear()  # Sanic has read the first request
+        protocol.recv_buffer += b"GET / HTTP/1.1\r\nX-a: b" if pipelined else b""
+        protocol.body_in()
+    now = time.monotonic()
+    assert protocol.overdue(now + HEADERS_WITHIN + 1) is pipelined
+    assert not protocol.overdue(now + HEADERS_WITHIN - 1)
