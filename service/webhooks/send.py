@@ -255,20 +255,14 @@ class Sender:
         headers["Content-Type"] = "application/json"
         try:
             target = _target(url, self._allow_private)
-            for tries_left in range(STALE_TRIES - 1, -1, -1):
+            for _ in range(STALE_TRIES - 1):
                 try:
-                    async with self._session.post(
-                        target, data=body, headers=headers, allow_redirects=False
-                    ) as response:
-                        status = response.status
-                        header = response.headers.get("Retry-After")
-                        # The clock is read only when there is a header to read it against.
-                        retry_after = parse_retry_after(header, self._clock()) if header is not None else None
-                        excerpt = await _excerpt(response, self._excerpt_timeout)
+                    status, retry_after, excerpt = await self._post(target, body, headers)
                     break
-                except StaleConnection:  # closed, and nothing was sent on it: on another one
-                    if not tries_left:
-                        raise
+                except StaleConnection:  # closed with nothing sent on it: the request goes on another
+                    continue
+            else:
+                status, retry_after, excerpt = await self._post(target, body, headers)
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
             return Attempt(started_at, self._ms_since(began), error_class=error_class(error))
         return Attempt(
@@ -279,6 +273,18 @@ class Sender:
             response_excerpt=excerpt,
             retry_after=retry_after,
         )
+
+    async def _post(
+        self, target: URL, body: bytes, headers: dict[str, str]
+    ) -> tuple[int, float | None, str | None]:
+        """One POST: the answer's status, its Retry-After in seconds, and its excerpt."""
+        assert self._session is not None
+        async with self._session.post(target, data=body, headers=headers, allow_redirects=False) as response:
+            status = response.status
+            header = response.headers.get("Retry-After")
+            # The clock is read only when there is a header to read it against.
+            retry_after = parse_retry_after(header, self._clock()) if header is not None else None
+            return status, retry_after, await _excerpt(response, self._excerpt_timeout)
 
     def _ms_since(self, began: float) -> int:
         return round((self._timer() - began) * 1000)
