@@ -38,7 +38,8 @@ from sanic.compat import Header
 from sanic.exceptions import BadRequest, BadURL
 from sanic.server.protocols.http_protocol import HttpProtocol
 
-from service.framing import framing_fault
+from service.errors import PayloadTooLarge
+from service.framing import framing_fault, host_fault
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ class GuardedRequest(Request):
             return  # the empty request Sanic makes to answer an error: nothing was read
         protocol = self.transport.get_protocol() if self.transport is not None else None
         guard = protocol if isinstance(protocol, GuardedProtocol) else None
-        fault = framing_fault(self.head)
+        fault = framing_fault(self.head) or host_fault(self.version, self.headers.getall("host", []))
         if fault is None and guard is not None and guard.after_chunked:
             fault = "a request after a chunked body on the same connection"
         if fault is not None:
@@ -283,9 +284,16 @@ class GuardedRequest(Request):
             if guard is not None:
                 guard.refused()
             raise BadRequest("Bad Request")
+        length = self.headers.get("content-length")
+        if length is not None and self._continues_past(length):
+            # Refused before Sanic answers 100 Continue, which it does before it compares the
+            # length with its limit: told to go on, the client would send a body only to have it
+            # thrown away. Framing has checked that a Content-Length is ASCII digits.
+            if guard is not None:
+                guard.refused()
+            raise PayloadTooLarge()
         if guard is not None:
             chunked = "transfer-encoding" in self.headers
-            length = self.headers.get("content-length")
             guard.after_chunked = chunked
             if chunked and guard.http is not None:
                 # No request follows a chunked one on this connection (above): its answer says so
@@ -296,6 +304,14 @@ class GuardedRequest(Request):
             # Sanic drops the head (and its blank line) from the buffer after this: anything more
             # there is the next request.
             guard.headers_in(with_body, pipelined=len(guard.recv_buffer) > len(self.head) + 4)
+
+    def _continues_past(self, length: str) -> bool:
+        """Whether the client waits for 100 Continue before sending a body over the limit."""
+        expect = self.headers.get("expect")
+        if expect is None or expect.lower() != "100-continue":
+            return False
+        digits = length.strip()  # ASCII digits (framing): no int() of thousands of them
+        return len(digits) > 15 or int(digits) > self.app.config.REQUEST_MAX_SIZE
 
     async def receive_body(self) -> None:
         await super().receive_body()  # type: ignore[no-untyped-call]

@@ -68,6 +68,22 @@ def framing_fault(head: bytes) -> str | None:
     return None
 
 
+# RFC 3986's host (a registered name of unreserved, sub-delims and %-escapes, or a bracketed IP
+# literal), then an optional port; empty is allowed, for a target with no authority (RFC 9112 3.2).
+_HOST = re.compile(r"(?:\[[0-9A-Za-z:.]+\]|[0-9A-Za-z\-._~%!$&'()*+,;=]*)(?::[0-9]*)?")
+
+
+def host_fault(version: str, hosts: list[str]) -> str | None:
+    """Why the ``Host`` headers of a request of HTTP ``version`` (``1.1``, ``1.0``) are refused;
+    None if they are not. RFC 9112 section 3.2: an HTTP/1.1 request has exactly one, an HTTP/1.0
+    request one at most, and its value is a ``host[:port]``."""
+    if len(hosts) == 1:
+        return None if _HOST.fullmatch(hosts[0].rstrip(" \t")) else "a Host that is not host[:port]"
+    if len(hosts) > 1:
+        return "more than one Host"
+    return "an HTTP/1.1 request without a Host" if version == "1.1" else None
+
+
 def _malformed(head: bytes) -> str:
     """What is wrong with a head the whole match refused."""
     start = head.find(b"\r\n")

@@ -27,6 +27,7 @@ _MESSAGES = {
     414: "The request target is too long.",
     415: "Send application/json or application/x-www-form-urlencoded.",
     416: "The requested range cannot be served.",
+    417: "The service meets no Expect but 100-continue.",
     431: "The request headers are too large.",
     503: "The service is briefly unavailable; try again shortly.",
 }

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.db.engine import migrate
-from service.framing import framing_fault
+from service.framing import framing_fault, host_fault
 from tests.processes import free_port, start_server, stop
 
 # A second request after the first: if it is ever answered, it was smuggled.
@@ -110,6 +110,9 @@ def refused(responses: list[tuple[int, dict[str, str]]]) -> bool:
         ),
         pytest.param(b"GE\nT /healthz HTTP/1.1\r\nHost: x\r\n\r\n", id="bare-lf-in-the-method"),
         pytest.param(b"head /healthz HTTP/1.1\r\nHost: x\r\n\r\n", id="lower-case-method"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\n\r\n", id="no-host"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", id="two-hosts"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x/y\r\n\r\n", id="host-with-a-path"),
     ],
 )
 def test_malformed_framing_is_400_and_closes_the_connection(port: int, raw: bytes) -> None:
@@ -143,6 +146,57 @@ def test_well_formed_requests_share_a_connection(port: int) -> None:
     first = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
     last = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
     assert [status for status, _ in exchange(port, first + last)] == [200, 200]
+
+
+def test_an_http_1_0_request_may_leave_host_out(port: int) -> None:
+    """RFC 9112 asks a Host of HTTP/1.1 requests only: an HTTP/1.0 client without one is served."""
+    [(status, headers)] = exchange(port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    assert (status, headers["connection"]) == (200, "close")
+
+
+def continue_then_answer(port: int, head: bytes, body: bytes) -> tuple[bytes, bytes]:
+    """Send ``head`` and read what comes back before any body is sent; send ``body`` if that was
+    ``100 Continue``, then read to the end. What came first, and the rest."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(head)
+        first = sock.recv(65536)
+        if first.startswith(b"HTTP/1.1 100 "):
+            sock.sendall(body)
+        rest = b""
+        while chunk := sock.recv(65536):
+            rest += chunk
+    return first, rest
+
+
+EXPECTING = b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + JSON
+
+
+def test_a_body_over_the_limit_is_refused_before_100_continue(port: int) -> None:
+    """A client that waits for 100 Continue before sending a body over the limit is told 413 at
+    once, never to go on: it would only send the body to have it thrown away."""
+    head = EXPECTING + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % FAR_OVER
+    first, rest = continue_then_answer(port, head, b"a" * FAR_OVER)
+    assert first.startswith(b"HTTP/1.1 413 "), first[:40]
+    answer_head, _, body = (first + rest).partition(b"\r\n\r\n")
+    assert b"connection: close" in answer_head.lower()
+    assert json.loads(body) == {"ok": False, "message": "The request body is too large."}
+
+
+def test_a_body_within_the_limit_gets_100_continue_and_is_read(port: int) -> None:
+    """Within the limit, the client is told to go on, and its body is read and answered."""
+    head = EXPECTING + b"Expect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    first, rest = continue_then_answer(port, head, BODY)
+    assert first.startswith(b"HTTP/1.1 100 "), first[:40]
+    assert rest.startswith(b"HTTP/1.1 200 "), rest[:40]
+
+
+def test_an_expectation_other_than_100_continue_is_417(port: int) -> None:
+    """An Expect the service does not meet is 417, with the service's own sentence."""
+    head = EXPECTING + b"Expect: 200-ok\r\nContent-Length: %d\r\n\r\n" % len(BODY)
+    first, rest = continue_then_answer(port, head, BODY)
+    assert first.startswith(b"HTTP/1.1 417 "), first[:40]
+    body = (first + rest).partition(b"\r\n\r\n")[2]
+    assert json.loads(body) == {"ok": False, "message": "The service meets no Expect but 100-continue."}
 
 
 # Request targets the URL parser refuses: a path without its leading slash, a bare query, and
@@ -283,6 +337,31 @@ def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
 def test_framing_fault(head: bytes, fault: str | None) -> None:
     """The raw head is held to RFC 9110's framing, naming what is wrong."""
     assert framing_fault(head) == fault
+
+
+@pytest.mark.parametrize(
+    ("version", "hosts", "fault"),
+    [
+        ("1.1", ["example.com"], None),
+        ("1.1", ["example.com:8080"], None),
+        ("1.1", ["[::1]:80"], None),
+        ("1.1", ["x "], None),  # a field value's trailing whitespace is not part of it
+        ("1.1", [""], None),  # a target with no authority (RFC 9112 section 3.2)
+        ("1.0", [], None),
+        ("1.0", ["x"], None),
+        ("1.1", [], "an HTTP/1.1 request without a Host"),
+        ("1.1", ["x", "x"], "more than one Host"),
+        ("1.0", ["x", "y"], "more than one Host"),
+        ("1.1", ["x/y"], "a Host that is not host[:port]"),
+        ("1.1", ["user@x"], "a Host that is not host[:port]"),
+        ("1.1", ["x y"], "a Host that is not host[:port]"),
+        ("1.1", ["x:8o"], "a Host that is not host[:port]"),
+        ("1.1", ["\u00e9.example"], "a Host that is not host[:port]"),
+    ],
+)
+def test_host_fault(version: str, hosts: list[str], fault: str | None) -> None:
+    """One Host of host[:port], and none only in HTTP/1.0 (RFC 9112 section 3.2)."""
+    assert host_fault(version, hosts) == fault
 
 
 # The five checks one after another, as the service first made them: framing_fault takes a faster
