@@ -45,9 +45,11 @@ def client_key(address: str, ipv6_prefix: int) -> str:
     """The client an address counts as: the IPv4 address, or the IPv6 network of ``ipv6_prefix``
     bits around it (an IPv4-mapped IPv6 address counts as its IPv4 address). Anything that is not
     an address (a proxy's placeholder) counts as itself. Proxy headers give IPv6 addresses in
-    brackets (Sanic's ``remote_addr``); the bracketed and bare forms are one client."""
+    brackets (Sanic's ``remote_addr``); the bracketed and bare forms are one client. A port some
+    proxies add (``203.0.113.7:4000``, ``[2001:db8::1]:4000``, as RFC 7239 allows) is no part of
+    the client: counted with it, every new connection would be a new client."""
     try:
-        parsed = ipaddress.ip_address(address[1:-1] if address.startswith("[") else address)
+        parsed = ipaddress.ip_address(_without_port(address))
     except ValueError:
         return address
     if isinstance(parsed, ipaddress.IPv4Address):
@@ -57,6 +59,15 @@ def client_key(address: str, ipv6_prefix: int) -> str:
     # The zone of a scoped address (fe80::1%eth0) is no part of the network.
     unscoped = ipaddress.IPv6Address(int(parsed))
     return str(ipaddress.ip_network((unscoped, ipv6_prefix), strict=False))
+
+
+def _without_port(address: str) -> str:
+    """``address`` without its brackets and port: ``[v6]:port`` and ``v4:port`` (one colon); a
+    bare IPv6 address has more than one colon and no port."""
+    if address.startswith("["):
+        return address[1:].partition("]")[0]
+    host, colon, port = address.partition(":")
+    return host if colon and port.isdigit() and ":" not in port else address
 
 
 OVERFLOW = "overflow"  # the key every newcomer shares while the in-memory store is full

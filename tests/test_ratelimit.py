@@ -407,6 +407,13 @@ def test_a_limiter_on_redis_without_limits_internals_does_not_start(monkeypatch)
         ("::ffff:203.0.113.7", 64, "203.0.113.7"),
         ("fe80::1%eth0", 64, "fe80::/64"),
         ("unknown", 64, "unknown"),
+        # A port a proxy added (RFC 7239 allows one) is no part of the client.
+        ("203.0.113.7:4000", 64, "203.0.113.7"),
+        ("203.0.113.7:4001", 64, "203.0.113.7"),
+        ("[2001:db8:1:2::1]:4000", 64, "2001:db8:1:2::/64"),
+        ("[::ffff:203.0.113.7]:80", 64, "203.0.113.7"),
+        ("unknown:4000", 64, "unknown:4000"),
+        ("203.0.113.7:x", 64, "203.0.113.7:x"),
     ],
 )
 def test_a_client_is_an_ipv4_address_or_an_ipv6_network(address, prefix, client):
@@ -434,6 +441,19 @@ def test_twenty_five_addresses_of_one_ipv6_64_are_one_client(monkeypatch, sqlite
         mapped = post(client, headers={"x-forwarded-for": "::ffff:203.0.113.9"}).status_code
     assert rotating == [200] * 10 + [429] * 15
     assert (neighbour, ipv4, mapped) == (200, [200] * 10, 429)
+
+
+def test_a_port_the_proxy_adds_does_not_make_a_new_client(monkeypatch, sqlite_url, rate_limit_storage):
+    """A proxy that forwards the client's source port (``X-Forwarded-For: 203.0.113.7:4000``,
+    RFC 7239 ``for="[2001:db8::1]:4000"``) names one client on every connection: the limit holds."""
+    with _proxied(monkeypatch, sqlite_url, waitlist_rate_limit="3/minute", **rate_limit_storage) as client:
+        ipv4 = [post(client, headers={"x-forwarded-for": f"203.0.113.7:{4000 + n}"}).status_code for n in range(5)]
+        ipv6 = [
+            post(client, headers={"x-forwarded-for": f"[2001:db8:9::{n + 1:x}]:{4000 + n}"}).status_code
+            for n in range(5)
+        ]
+    assert ipv4 == [200] * 3 + [429] * 2
+    assert ipv6 == [200] * 3 + [429] * 2
 
 
 def test_a_longer_prefix_counts_smaller_ipv6_networks(monkeypatch, sqlite_url):
