@@ -91,6 +91,16 @@ def _absolute_http_url(value: str) -> str:
     return value
 
 
+def is_absolute_http_url(value: str) -> bool:
+    """Whether ``value`` passes the events' URL rule (``Url``): for URLs read back from storage,
+    which rows an earlier release or a hand in the database wrote without that rule."""
+    try:
+        _absolute_http_url(value)
+    except PydanticCustomError:
+        return False
+    return True
+
+
 def format_occurred_at(moment: datetime) -> str:
     """``moment`` as a payload's ``occurredAt``: ISO-8601 UTC ending in ``Z``, microseconds only
     where the publisher gave them (the published pattern); a naive datetime is a bug, not UTC."""

@@ -6,7 +6,7 @@ import asyncio
 import json
 import re
 import urllib.robotparser
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -446,6 +446,45 @@ def test_sitemap_lists_a_room_published_through_the_admin_api(make_client, clock
     assert _sitemap_entries(body)[len(PAGES) :] == [
         {"loc": event["roomUrl"], "lastmod": "2026-06-29T12:00:00Z"}
     ]
+
+
+def test_an_event_stamped_ahead_of_the_clock_hides_no_room_published_after_it(make_client, clock):
+    """An event another machine stored with a clock running an hour fast: the rooms published
+    here afterwards, at this clock's time, still reach sitemap.xml."""
+    with make_client(base_url=BASE) as client:
+        now = clock()
+        ahead = _event_row("evt_ahead", "https://launchrooms.example/rooms/ahead", now + timedelta(hours=1))
+        client.run(_insert_events(client.app.ctx.engine, [ahead]))
+        client.app.ctx.discovery.rooms_changed()
+        client.get("/sitemap.xml")
+        clock.advance(61)
+        here = _event_row("evt_here", "https://launchrooms.example/rooms/here", clock())
+        client.run(_insert_events(client.app.ctx.engine, [here]))
+        client.app.ctx.discovery.rooms_changed()
+        body = client.get("/sitemap.xml").body
+    assert [entry["loc"] for entry in _sitemap_entries(body)[len(PAGES) :]] == [
+        "https://launchrooms.example/rooms/ahead",
+        "https://launchrooms.example/rooms/here",
+    ]
+
+
+def test_stored_room_urls_the_url_rule_refuses_are_left_out(make_client, clock):
+    """Payloads stored without the events' URL rule (by hand, or an earlier release): a URL too
+    short for the sitemap protocol, control characters that would make the XML unreadable, a
+    script URL; they are left out, and the document stays valid. Quotes are escaped as entities."""
+    stored = [
+        "http://a",
+        "https://evil.example/\x0c\x01<x>]]>",
+        "javascript:alert(1)",
+        "https://launchrooms.example/rooms/it's",
+    ]
+    with make_client(base_url=BASE) as client:
+        rows = [_event_row(f"evt_{n}", room, clock()) for n, room in enumerate(stored)]
+        client.run(_insert_events(client.app.ctx.engine, rows))
+        client.app.ctx.discovery.rooms_changed()
+        body = client.get("/sitemap.xml").body
+    assert [entry["loc"] for entry in _sitemap_entries(body)[len(PAGES) :]] == [stored[-1]]
+    assert b"rooms/it&apos;s</loc>" in body
 
 
 class _DatabaseDown:

@@ -100,6 +100,7 @@ class RoomSitemap:
 
     async def _refresh(self, engine: AsyncEngine) -> CachedDocument:
         generation = self._generation
+        began = self._clock()
         try:
             async with engine.connect() as conn:
                 newest = await latest_event_time(conn)
@@ -116,7 +117,10 @@ class RoomSitemap:
                 self._rooms[room_url] = lastmod
                 changed = True
         if newest is not None:
-            self._since = newest - LATE_COMMIT_OVERLAP
+            # Never past this process's own clock: an event stamped ahead of it (a publisher on a
+            # machine whose clock runs fast) would otherwise hide every room published here until
+            # that time came.
+            self._since = min(newest, began) - LATE_COMMIT_OVERLAP
         if changed:
             rooms = sorted(self._rooms.items(), key=lambda room: (-room[1].timestamp(), room[0]))
             body = self._render(rooms)

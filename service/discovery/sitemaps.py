@@ -8,11 +8,15 @@ from xml.sax.saxutils import escape
 
 from service.discovery.content import Content
 from service.discovery.surfaces import AGENT_SITEMAP, SITEMAP, machine_surfaces, url
+from service.events import is_absolute_http_url
 
 SITEMAP_NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
-# sitemaps.org protocol: at most 50,000 URLs per sitemap, each <loc> at most 2,048 characters.
+# sitemaps.org protocol: at most 50,000 URLs per sitemap, each <loc> 12 to 2,048 characters (its
+# schema's bounds), with quotes escaped as entities too.
 MAX_URLS = 50_000
+MIN_LOC = 12
 MAX_LOC = 2048
+_ENTITIES = {"'": "&apos;", '"': "&quot;"}
 
 Room = tuple[str, datetime]  # (canonical room URL, when an event about it last occurred)
 
@@ -28,7 +32,7 @@ def _urlset(entries: Iterable[tuple[str, datetime | None]]) -> bytes:
     lines = ['<?xml version="1.0" encoding="UTF-8"?>', f'<urlset xmlns="{SITEMAP_NAMESPACE}">']
     for loc, lastmod in entries:
         modified = f"<lastmod>{w3c_datetime(lastmod)}</lastmod>" if lastmod is not None else ""
-        lines.append(f"  <url><loc>{escape(loc)}</loc>{modified}</url>")
+        lines.append(f"  <url><loc>{escape(loc, _ENTITIES)}</loc>{modified}</url>")
     lines.append("</urlset>")
     return ("\n".join(lines) + "\n").encode("utf-8")
 
@@ -37,14 +41,17 @@ def sitemap_xml(content: Content, base_url: str, rooms: Sequence[Room]) -> bytes
     """The configured pages, then each room (newest first) up to the protocol's 50,000 URLs.
 
     ``rooms`` comes from ``service.db.rooms.known_rooms``: rooms the service heard of through
-    published events. A room URL too long for a sitemap is left out rather than truncated.
+    published events. A room URL the sitemap protocol cannot hold (shorter than 12 characters or
+    longer than 2,048) is left out rather than truncated, and so is one that fails the events' URL
+    rule: a payload stored without it (by hand, or by an earlier release) could carry control
+    characters that would make the whole document unreadable XML, or a ``javascript:`` URL.
     """
     entries: list[tuple[str, datetime | None]] = [(url(base_url, page.path), None) for page in content.pages]
     seen = {loc for loc, _ in entries}
     for loc, lastmod in rooms:
         if len(entries) >= MAX_URLS:
             break
-        if loc not in seen and len(loc) <= MAX_LOC:
+        if loc not in seen and MIN_LOC <= len(loc) <= MAX_LOC and is_absolute_http_url(loc):
             seen.add(loc)
             entries.append((loc, lastmod))
     return _urlset(entries)
