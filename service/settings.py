@@ -6,6 +6,7 @@ object is passed to ``create_app``; nothing in the service imports a global inst
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlsplit
@@ -42,6 +43,20 @@ Delay = Annotated[float, Field(ge=0, le=YEAR_SECONDS, allow_inf_nan=False)]
 # name would reach asyncpg as a keyword it refuses, a traceback at start), and libpq's ``sslmode``,
 # which ``db.engine.async_url`` passes on as ``ssl``.
 POSTGRES_QUERY = ("ssl", "sslmode", "password", "passfile", "target_session_attrs", "krbsrvname", "gsslib")
+
+
+# The public base URL: scheme, host (a name, an IPv4 or a bracketed IPv6 address), port and path,
+# in the characters a path takes without quoting anything around it.
+_BASE_URL = re.compile(r"https?://[A-Za-z0-9\-._~:/\[\]%@+,;=]+")
+
+
+def _has_host(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        _ = parts.port  # a malformed port only shows when it is read
+    except ValueError:
+        return False
+    return bool(parts.hostname)
 
 
 def _has_user_info(url: str) -> bool:
@@ -200,6 +215,13 @@ class Settings(BaseSettings):
         if _has_user_info(value):
             raise ValueError(
                 "SERVICE_BASE_URL must not carry a user name or password: the documents publish it"
+            )
+        if not _BASE_URL.fullmatch(value) or not _has_host(value):
+            # Every document puts paths after it, in HTML attributes, Markdown links and XML: a
+            # query or a fragment would swallow the path, a quote or a bracket would end the link.
+            raise ValueError(
+                "SERVICE_BASE_URL must be http(s)://host[:port][/path]: a port up to 65535, no query, "
+                "fragment, space, quote, parenthesis or angle bracket"
             )
         return value
 

@@ -116,3 +116,30 @@ def test_a_public_url_with_a_user_or_password_stops_the_start(field, url):
 )
 def test_an_at_after_the_host_is_no_user(field, url):
     assert getattr(Settings(**{field: url}), field) == url
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        'https://waitlist.example/x"><i>injected</i>',  # would end the partner pages' href
+        "https://waitlist.example/?q=1",  # every path would land in the query
+        "https://waitlist.example/#top",  # or in the fragment
+        "https://waitlist.example/a b",
+        "https://waitlist.example/a)",  # would end a Markdown link in llms.txt
+        "https://waitlist.example/it's",
+        "https://waitlist.example:99999",
+        "https://:8000",
+    ],
+)
+def test_a_base_url_the_documents_could_not_hold_stops_the_start(url):
+    """Documents put paths after the base URL in HTML attributes, Markdown links and XML."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(base_url=url)
+    assert "SERVICE_BASE_URL must be http(s)://host[:port][/path]" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8000", "https://waitlist.example/launch", "http://[::1]:8000", "https://xn--bcher-kva.example"]
+)
+def test_a_plain_base_url_is_taken(url):
+    assert Settings(base_url=url + "/").base_url == url
