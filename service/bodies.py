@@ -87,6 +87,11 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     raw = request.body or b""
     if len(raw) > MAX_BODY_BYTES:
         raise PayloadTooLarge()
+    coding = request.headers.get("content-encoding")
+    if coding is not None and coding.strip().lower() not in ("", "identity"):
+        # Never decoded: a gzip-labelled body read as it stands would be stored as the wrong bytes,
+        # or refused as JSON it would have been once decoded (RFC 9110 section 8.4: 415).
+        raise UnsupportedMediaType("Send the body without a Content-Encoding.")
     kind, params = media_type(request)
     accepted = (JSON, FORM) if form else (JSON,)
     if kind not in accepted:

@@ -80,7 +80,7 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         )
         body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
         headers = {}
-    if request.path == "/api/waitlist" and request.method == "POST":
+    if request.method == "POST" and request.path.rstrip("/") == "/api/waitlist":  # the route takes both
         headers |= cors_headers(request)
     metrics = getattr(request.app.ctx, "metrics", None)
     if metrics is not None:

@@ -95,6 +95,7 @@ def test_cors_only_for_configured_origins(make_client, origin, allowed):
     assert "access-control-allow-credentials" not in post.headers
 
 
+@pytest.mark.parametrize("path", ["/api/waitlist", "/api/waitlist/"])
 @pytest.mark.parametrize(
     ("content", "content_type", "status"),
     [
@@ -103,16 +104,50 @@ def test_cors_only_for_configured_origins(make_client, origin, allowed):
         (b"{" + b" " * 70_000 + b"}", "application/json", 413),
     ],
 )
-def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(make_client, content, content_type, status):
-    """A browser script on a configured origin can read why its registration was refused."""
+def test_the_routes_error_answers_carry_cors_for_an_allowed_origin(
+    make_client, content, content_type, status, path
+):
+    """A browser script on a configured origin can read why its registration was refused, at the
+    route's path with or without the trailing slash it also answers."""
     origin = "https://launch.example"
     with make_client(cors_origins=(origin,)) as client:
-        refused = client.post(
-            "/api/waitlist", content=content, headers={"origin": origin, "content-type": content_type}
-        )
+        refused = client.post(path, content=content, headers={"origin": origin, "content-type": content_type})
     assert refused.status_code == status
     assert refused.json["ok"] is False
     assert (refused.headers.get("access-control-allow-origin"), refused.headers.get("vary")) == (origin, "Origin")
+
+
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP", "identity, gzip"])
+def test_a_body_under_a_content_encoding_is_415_and_stores_nothing(make_client, coding):
+    """A body is never decoded: read as it stands, a gzip-labelled body would be stored as the
+    wrong bytes (or refused as JSON it is not). Refused, with the reason."""
+    with make_client() as client:
+        refused = client.post(
+            "/api/waitlist",
+            json={"email": "coded@example.com", "intent": "claim"},
+            headers={"content-encoding": coding},
+        )
+        plain = client.post(
+            "/api/waitlist",
+            json={"email": "plain@example.com", "intent": "claim"},
+            headers={"content-encoding": "identity"},
+        )
+        stored = client.run(_emails(client.app.ctx.engine))
+    assert (refused.status_code, refused.json) == (
+        415,
+        {"ok": False, "message": "Send the body without a Content-Encoding."},
+    )
+    assert plain.status_code == 200
+    assert stored == ["plain@example.com"]
+
+
+async def _emails(engine) -> list[str]:
+    from sqlalchemy import select
+
+    from service.db.tables import registrations
+
+    async with engine.connect() as conn:
+        return list((await conn.execute(select(registrations.c.email))).scalars())
 
 
 def test_readiness_names_both_when_both_are_unreachable():
