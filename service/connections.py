@@ -12,7 +12,7 @@ its protocol, a public option of ``app.prepare``) adds what is missing (docs/arc
   within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
   closed;
 - a connection closed while the client is still sending (a head or a body refused before it was
-  read: 400, 413, 431) closes in two steps, as nginx's lingering close does: the answer goes out
+  read: 400, 413, 414, 431) closes in two steps, as nginx's lingering close does: the answer goes out
   with a FIN after it, and what the client goes on sending is read and thrown away until it closes
   its side, for ``LINGER_FOR`` seconds or ``LINGER_BYTES`` at most. Closed at once, with its bytes
   unread, the socket would answer them with a reset, and the client's kernel could drop the answer

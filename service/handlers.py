@@ -34,6 +34,16 @@ _MESSAGES = {
 _INTERNAL = "The server could not complete the request."
 
 
+def _request_line_too_long(request: Request) -> bool:
+    """Whether the head Sanic refused as too large has no line end within its limit: what is left
+    unread on the connection (the protocol's ``recv_buffer``) is the request line still."""
+    protocol = request.transport.get_protocol() if request.transport is not None else None
+    unread = getattr(protocol, "recv_buffer", None)
+    if not unread:
+        return False
+    return b"\r\n" not in unread[: request.app.config.REQUEST_MAX_HEADER_SIZE]
+
+
 def error_response(request: Request, exception: BaseException) -> HTTPResponse:
     """The answer to any error: the one JSON shape, CORS on the waitlist route, counted by status.
 
@@ -55,8 +65,9 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         status = exception.status_code
         if status == 413 and not request.head:
             # Raised before a head was read (the request Sanic answers with has none): the head
-            # itself, request line and headers, was over Sanic's limit, not a body.
-            status = 431
+            # itself was over Sanic's limit, not a body. Its request line alone, when no line
+            # ended within the limit (RFC 9112 section 3: 414); otherwise its header lines.
+            status = 414 if _request_line_too_long(request) else 431
         body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
         headers = dict(getattr(exception, "headers", None) or {})
     elif unavailable(exception):

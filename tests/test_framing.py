@@ -223,26 +223,40 @@ OVER_THE_LIMIT = 10_000  # past Sanic's 8 KiB limit on a request's head
 
 
 @pytest.mark.parametrize(
-    "raw",
+    ("raw", "status", "message"),
     [
         pytest.param(
             b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * OVER_THE_LIMIT + b"\r\n\r\n",
+            431,
+            "The request headers are too large.",
             id="one-big-header",
         ),
-        pytest.param(b"GET /healthz?" + b"a" * OVER_THE_LIMIT + b" HTTP/1.1\r\nHost: x\r\n\r\n", id="long-target"),
+        pytest.param(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n" + b"X-Many: a\r\n" * (OVER_THE_LIMIT // 11) + b"\r\n",
+            431,
+            "The request headers are too large.",
+            id="many-headers",
+        ),
+        pytest.param(
+            b"GET /healthz?" + b"a" * OVER_THE_LIMIT + b" HTTP/1.1\r\nHost: x\r\n\r\n",
+            414,
+            "The request target is too long.",
+            id="long-target",
+        ),
     ],
 )
-def test_a_request_head_over_the_limit_is_431(port: int, raw: bytes) -> None:
-    """Headers (a request line among them) too large to read are 431 Request Header Fields Too
-    Large, with the service's own sentence, not 413, which says the body is too large."""
+def test_a_request_head_over_the_limit_is_431_or_414(port: int, raw: bytes, status: int, message: str) -> None:
+    """Headers too large to read are 431 Request Header Fields Too Large; a request line too
+    large to read, 414 URI Too Long (RFC 9112 section 3). Each with the service's own sentence,
+    never 413, which says the body is too large."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
         sock.sendall(raw)
         received = b""
         while chunk := sock.recv(65536):
             received += chunk
     head, _, body = received.partition(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 431 "), head
-    assert json.loads(body) == {"ok": False, "message": "The request headers are too large."}
+    assert head.startswith(b"HTTP/1.1 %d " % status), head
+    assert json.loads(body) == {"ok": False, "message": message}
 
 
 FAR_OVER = 1_000_000
