@@ -57,6 +57,17 @@ def test_openapi_lists_the_public_routes_and_no_admin_route(openapi):
     assert not [path for path in openapi["paths"] if path.startswith("/admin")]
 
 
+def test_sitemap_documents_its_503_and_the_static_documents_none(openapi):
+    """sitemap.xml reads its rooms from storage, and answers 503 (in the error shape) while storage
+    is down before a first rendering; the other documents are rendered at start and never do."""
+    responses = {path: set(item["get"]["responses"]) for path, item in openapi["paths"].items() if "get" in item}
+    assert responses["/sitemap.xml"] == {"200", "304", "503"}
+    assert openapi["paths"]["/sitemap.xml"]["get"]["responses"]["503"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Error"
+    }
+    assert responses["/llms.txt"] == responses["/agent-sitemap.xml"] == {"200", "304"}
+
+
 def test_waitlist_request_schema_is_the_models_own(openapi):
     """The waitlist body schema is pydantic's schema of WaitlistRequest, for JSON and form bodies."""
     _, definitions = models_json_schema(

@@ -178,9 +178,12 @@ def _paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     for surface in (*DOCUMENTS, *API_DOCUMENTS):
         tag = "webhooks" if surface in (CATALOG, TEST_VECTORS) else "discovery"
         media_type = surface.media_type.split(";")[0]
-        paths[surface.path] = {
-            "get": _read_operation(_operation_id(surface), tag, surface.notes, media_type, schemas[surface])
-        }
+        operation = _read_operation(_operation_id(surface), tag, surface.notes, media_type, schemas[surface])
+        if surface is SITEMAP:  # the one document read from storage (its rooms)
+            operation["responses"]["503"] = _error(
+                "Storage is briefly unreachable and no rendering is held yet; try again shortly."
+            )
+        paths[surface.path] = {"get": operation}
     event_schema = _read_operation(
         "getWebhookEventSchema",
         "webhooks",
