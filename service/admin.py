@@ -47,6 +47,7 @@ from service.errors import (
     Unauthorized,
 )
 from service.handlers import error_response
+from service.health import failing_parts
 from service.metrics import CONTENT_TYPE, Metrics
 from service.params import query_pairs, refuse_unknown
 from service.ratelimit import client_key
@@ -248,7 +249,9 @@ def create_blueprint(refresh_gauges: RefreshGauges) -> Blueprint:
     async def metrics(request: Request) -> HTTPResponse:
         ctx = request.app.ctx
         database = await refresh_gauges(ctx.engine, ctx.metrics, ctx.clock())
-        ctx.metrics.ready.set(1 if database and await ctx.limiter.ready() else 0)
+        # 1 exactly when /readyz would answer 200: storage reachable, and no working path failing.
+        ready = database and await ctx.limiter.ready() and not failing_parts(ctx)
+        ctx.metrics.ready.set(1 if ready else 0)
         return raw(
             ctx.metrics.render(),
             content_type=CONTENT_TYPE,

@@ -54,6 +54,17 @@ def readiness(database: bool, limits: bool, failing: list[str]) -> tuple[int, di
     return 503, {"ok": False, "message": " ".join(sentences), **parts}
 
 
+def failing_parts(ctx: Any) -> list[str]:
+    """The working paths that said last they fail (the app's ``ctx``): the registration writer's
+    commits, and the in-process delivery worker's last turn. ``/readyz`` and the ``service_ready``
+    gauge both read them."""
+    failing: list[str] = ctx.readiness.failing()
+    worker = ctx.webhooks.worker
+    if worker is not None and worker.failing and DELIVERY not in failing:
+        failing.append(DELIVERY)
+    return failing
+
+
 def create_blueprint() -> Blueprint:
     bp = Blueprint("health")
 
@@ -65,11 +76,7 @@ def create_blueprint() -> Blueprint:
     async def readyz(request: Request) -> HTTPResponse:
         ctx = request.app.ctx
         database, limits = await asyncio.gather(ctx.probe.answers(), _answers(ctx.limiter.ready()))
-        failing = ctx.readiness.failing()
-        worker = ctx.webhooks.worker
-        if worker is not None and worker.failing and DELIVERY not in failing:
-            failing.append(DELIVERY)
-        status, body = readiness(database, limits, failing)
+        status, body = readiness(database, limits, failing_parts(ctx))
         return json_response(body, status=status)
 
     return bp

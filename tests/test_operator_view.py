@@ -300,6 +300,56 @@ async def test_a_scrape_without_the_database_says_not_ready_and_shows_no_stale_g
     assert by_partner(text, "service_webhook_partner_paused_total") == {"ptn_old": 1.0}
 
 
+@pytest.mark.parametrize("part", ["registrations", "delivery"])
+def test_service_ready_is_0_whenever_readyz_is_503(make_client, part: str) -> None:
+    """The gauge says what /readyz says: with the storage reachable but registrations failing to
+    commit (a full disk), or the in-process worker's turns failing, both say not ready."""
+    with make_client(**settings()) as client:
+        before = samples(scrape(client), "service_ready")
+        webhooks = client.app.ctx.webhooks
+        running = webhooks.worker
+        if part == "registrations":
+            client.app.ctx.readiness.failed("registrations")
+        else:
+            webhooks.worker = type("FailingWorker", (), {"failing": True})()  # its last turn failed
+        ready = client.get("/readyz")
+        after = samples(scrape(client), "service_ready")
+        webhooks.worker = running
+    assert before == {(): 1.0}
+    assert (ready.status, ready.json[part]) == (503, "failing")
+    assert after == {(): 0.0}
+
+
+async def test_the_worker_says_not_ready_while_its_turns_fail(database_url: str, clock: ManualClock) -> None:
+    """The standalone worker's service_ready is 0 while its loop's transactions fail, as its
+    /readyz is 503, though the database answers SELECT 1."""
+    engine = create_engine(database_url)
+
+    class Beat:
+        last_turn = 0.0
+        failing = False
+
+    beat = Beat()
+    app = worker_http.create_app(
+        heartbeat=beat, engine=engine, metrics=Metrics(), clock=clock, stale_after=15.0, monotonic=lambda: 0.0
+    )
+    runner = await worker_http.start(app, "127.0.0.1", 0)
+    host, port = runner.addresses[0][:2]
+    seen = []
+    try:
+        async with aiohttp.ClientSession() as session:
+            for failing in (False, True):
+                beat.failing = failing
+                async with session.get(f"http://{host}:{port}/readyz") as ready:
+                    status = ready.status
+                async with session.get(f"http://{host}:{port}/metrics") as answer:
+                    seen.append((status, samples(await answer.text(), "service_ready")))
+    finally:
+        await runner.cleanup()
+        await engine.dispose()
+    assert seen == [(200, {(): 1.0}), (503, {(): 0.0})]
+
+
 async def test_the_failed_count_reads_its_partial_index(database_url: str) -> None:
     """Each scrape counts failed deliveries from ix_deliveries_failed (only failed rows), never by
     walking every delivery, on both databases."""

@@ -462,7 +462,8 @@ def register(group: Any) -> None:
         "deliver webhooks, with probes and metrics on a port of its own",
         details="Delivers due webhooks until SIGINT or SIGTERM; any number of workers may share one "
         "PostgreSQL. Serves GET /healthz (503 when its delivery loop is stuck), /readyz (503 when "
-        "the database is unreachable) and /metrics (Prometheus) on --host:--port.",
+        "the database is unreachable or the loop's last transaction failed) and /metrics (Prometheus) "
+        "on --host:--port.",
         settings=DELIVERING,
     )
     worker.add_argument(

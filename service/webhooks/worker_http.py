@@ -100,7 +100,9 @@ def create_app(
     loop_gauges(metrics, last_turn, stale_after)
 
     async def scrape(request: web.Request) -> web.Response:
-        metrics.ready.set(1 if await refresh_gauges(engine, metrics, clock()) else 0)
+        # 1 exactly when /readyz would answer 200: the database reachable, the loop's turns working.
+        database = await refresh_gauges(engine, metrics, clock())
+        metrics.ready.set(1 if database and not getattr(heartbeat, "failing", False) else 0)
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     probe = Probe(engine, within=PROBE_WITHIN)
