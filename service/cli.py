@@ -82,12 +82,18 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs, proxies
     from service.app import create_app
     from service.connections import GuardedProtocol
+    from service.discovery.content import ContentError, load_content
     from service.shutdown import deadline_for
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     refused = proxies.misconfiguration(Config(), proxies.parse_networks(settings.trusted_proxies))
     if refused is not None:
         print(f"configuration error: {refused}", file=sys.stderr)
+        return 2
+    try:
+        load_content(settings.content_file)  # read again by the app: here it stops the start first
+    except ContentError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
         return 2
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes

@@ -44,6 +44,11 @@ def header_settings(config: Config) -> list[str]:
 
 def misconfiguration(config: Config, trusted: tuple[Network, ...]) -> str | None:
     """Why the start must stop, in one line; None when the proxy settings agree."""
+    count = config.PROXIES_COUNT
+    if count is not None and (not isinstance(count, int) or isinstance(count, bool) or count < 0):
+        # Sanic takes the variable as it is written, and would fail at start (or on the first
+        # proxied request) on anything but a count.
+        return "SANIC_PROXIES_COUNT must be a whole number of proxies, 0 or more"
     counting = [name for name in header_settings(config) if name != "SANIC_FORWARDED_SECRET"]
     if counting and not trusted:
         return (

@@ -43,6 +43,14 @@ Delay = Annotated[float, Field(ge=0, le=YEAR_SECONDS, allow_inf_nan=False)]
 # name would reach asyncpg as a keyword it refuses, a traceback at start), and libpq's ``sslmode``,
 # which ``db.engine.async_url`` passes on as ``ssl``.
 POSTGRES_QUERY = ("ssl", "sslmode", "password", "passfile", "target_session_attrs", "krbsrvname", "gsslib")
+# The values asyncpg takes for the options that take a word (any other stops the start with a
+# traceback from inside the driver).
+_SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+POSTGRES_CHOICES = {
+    "ssl": _SSL_MODES,
+    "sslmode": _SSL_MODES,
+    "target_session_attrs": ("any", "primary", "standby", "prefer-standby", "read-write", "read-only"),
+}
 
 
 # The public base URL: scheme, host (a name, an IPv4 or a bracketed IPv6 address), port and path,
@@ -264,6 +272,15 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"SERVICE_DATABASE_URL: unknown query parameter {', '.join(unknown)} "
                 f"(accepted: {', '.join(POSTGRES_QUERY)})"
+            )
+        for name, choices in POSTGRES_CHOICES.items():
+            given = url.query.get(name) if url.get_backend_name() == "postgresql" else None
+            if given is not None and given not in choices:
+                raise ValueError(f"SERVICE_DATABASE_URL: {name} must be one of {', '.join(choices)}")
+        if url.get_backend_name() == "sqlite" and (url.host or url.port or url.username or url.password):
+            raise ValueError(
+                "SERVICE_DATABASE_URL: a SQLite URL names a file, sqlite:///relative/path.db or "
+                "sqlite:////absolute/path.db"
             )
         if url.get_backend_name() == "postgresql" and not url.database:
             raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")

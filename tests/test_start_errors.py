@@ -51,6 +51,18 @@ class Case:
             return {"SERVICE_DATABASE_URL": at, **key}
         if self.name == "unknown-query":  # asyncpg would refuse the keyword with a traceback
             return {"SERVICE_DATABASE_URL": closed + "?sslcert=x&application_name=y", **key}
+        if self.name == "bad-sslmode":  # asyncpg would refuse the value with a traceback
+            return {"SERVICE_DATABASE_URL": closed + "?sslmode=on", **key}
+        if self.name == "bad-session-attrs":
+            return {"SERVICE_DATABASE_URL": closed + "?target_session_attrs=master", **key}
+        if self.name == "unverifiable-ssl":  # refused by the driver before anything is sent
+            return {
+                "SERVICE_DATABASE_URL": closed + "?sslmode=verify-full",
+                "HOME": "/nonexistent",  # where asyncpg looks for the root certificate
+                **key,
+            }
+        if self.name == "sqlite-with-a-host":  # two slashes: "x" would be read as a host
+            return {"SERVICE_DATABASE_URL": "sqlite://x/service.db"}
         if self.name == "malformed-redis-url":
             redis = f"redis://:{PASSWORD}@127.0.0.1:port"
             return {"SERVICE_DATABASE_URL": closed, "SERVICE_RATE_LIMIT_STORAGE": redis, **key}
@@ -67,6 +79,10 @@ CASES = [
     Case("unreachable", False, "cannot be reached (Connection refused)"),
     Case("unescaped-at", False, "an @ in the user name or password is written %40"),
     Case("unknown-query", False, "unknown query parameter application_name, sslcert (accepted: ssl, sslmode"),
+    Case("bad-sslmode", False, "sslmode must be one of disable, allow, prefer, require, verify-ca, verify-full"),
+    Case("bad-session-attrs", False, "target_session_attrs must be one of any, primary, standby"),
+    Case("unverifiable-ssl", False, 'cannot be made as configured: root certificate file "/nonexistent/.postgresql'),
+    Case("sqlite-with-a-host", False, "a SQLite URL names a file, sqlite:///relative/path.db"),
     Case("malformed-redis-url", False, "SERVICE_RATE_LIMIT_STORAGE: its host or port cannot be read"),
     Case("missing-key", False, "SERVICE_SECRETS_KEY is not set"),
     Case("malformed-key", False, "SERVICE_SECRETS_KEY key 1 is not a Fernet key"),
@@ -124,6 +140,36 @@ def test_every_start_command_refuses_every_case(
     out, err = capsys.readouterr()
     assert out == ""
     assert_one_line(err, case)
+
+
+@pytest.mark.parametrize(
+    ("variables", "expected"),
+    [
+        ({"SERVICE_CONTENT_FILE": "/nonexistent/content.toml"}, "discovery content /nonexistent/content.toml cannot"),
+        ({"SANIC_PROXIES_COUNT": "abc"}, "SANIC_PROXIES_COUNT must be a whole number of proxies"),
+        ({"SANIC_PROXIES_COUNT": "-1"}, "SANIC_PROXIES_COUNT must be a whole number of proxies"),
+    ],
+    ids=["missing-content", "proxies-count-not-a-number", "negative-proxies-count"],
+)
+def test_serve_refuses_what_only_it_reads_in_one_line(
+    variables: dict[str, str], expected: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The discovery content and Sanic's proxy count, read by serve alone: one line and exit 2,
+    before the database is touched (no file is made)."""
+    for name in list(os.environ):
+        if name.startswith(("SERVICE_", "SANIC_")):
+            monkeypatch.delenv(name)
+    database = tmp_path / "service.db"
+    monkeypatch.setenv("SERVICE_DATABASE_URL", f"sqlite:///{database}")
+    monkeypatch.setenv("SERVICE_TRUSTED_PROXIES", "127.0.0.1")
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    assert main(["serve", "--port", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == ("", [f"configuration error: {err.removeprefix('configuration error: ').strip()}"])
+    assert expected in err and "Traceback" not in err
+    assert not database.exists()
 
 
 def test_an_unreachable_redis_is_not_a_start_error(tmp_path: Path) -> None:

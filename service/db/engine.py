@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg.exceptions
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import bindparam, event, func, select, text
@@ -386,6 +387,10 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
         return DatabaseUnusable(f"the database at {_where(url)} cannot be reached ({reason})")
     if sqlstate:
         return DatabaseUnusable(f"the database at {_where(url)} refused the connection: {first_line}")
+    if isinstance(cause, asyncpg.exceptions.InterfaceError):
+        # Refused by the driver before anything was sent: an option it cannot use as given (a
+        # certificate sslmode=verify-full needs and cannot find, say).
+        return DatabaseUnusable(f"the connection to {_where(url)} cannot be made as configured: {first_line}")
     return None
 
 
