@@ -73,12 +73,16 @@ def _without_port(address: str) -> str:
 OVERFLOW = "overflow"  # the key every newcomer shares while the in-memory store is full
 
 
-def _overflow_key(key: str, limit: int, expiry: int) -> str:
-    """The overflow counter of ``key``'s scope and limit (limits' keys read ``LIMITER/scope/...``;
-    a scope holds no slash, a client may: an IPv6 network)."""
+def _scope(key: str) -> str:
+    """The scope of a limits key (``LIMITER/scope/...``; a scope holds no slash, a client may: an
+    IPv6 network)."""
     parts = key.split("/", 2)
-    scope = parts[1] if len(parts) > 2 else ""
-    return f"{OVERFLOW}/{scope}/{limit}/{expiry}"
+    return parts[1] if len(parts) > 2 else ""
+
+
+def _overflow_key(key: str, limit: int, expiry: int) -> str:
+    """The overflow counter of ``key``'s scope and limit."""
+    return f"{OVERFLOW}/{_scope(key)}/{limit}/{expiry}"
 
 
 class WindowCounters(Storage, SlidingWindowCounterSupport):
@@ -126,6 +130,9 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
         self._counts: dict[str, int] = {}
         self._expires: dict[str, float] = {}
         self._heap: list[tuple[float, str]] = []  # (expires at, key), one entry per counter created
+        # The overflow counter newcomers share, by (scope, window): where a newcomer refused on it
+        # reads how long to wait. One per limit, however many newcomers.
+        self._overflows: dict[tuple[str, int], str] = {}
 
     @property
     def base_exceptions(self) -> type[Exception]:
@@ -182,7 +189,8 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
                 if not self.overflowed:
                     log.warning("rate-limit store full: new clients share one counter until room is made")
                 self.overflowed += 1
-                previous_key, current_key = self.window_keys(_overflow_key(key, limit, expiry), expiry, now)
+                shared = self._overflows[_scope(key), expiry] = _overflow_key(key, limit, expiry)
+                previous_key, current_key = self.window_keys(shared, expiry, now)
         previous_count, previous_ttl, current_count, _ = self._window(
             previous_key, current_key, expiry, now
         )
@@ -199,7 +207,13 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
 
     async def get_sliding_window(self, key: str, expiry: int) -> tuple[int, float, int, float]:
         now = self._clock()
-        return self._window(*self.window_keys(key, expiry, now), expiry, now)
+        previous_key, current_key = self.window_keys(key, expiry, now)
+        shared = self._overflows.get((_scope(key), expiry))
+        if shared is not None and self._count(previous_key, now) == self._count(current_key, now) == 0:
+            # Not counted on its own (a newcomer while the store was full): it was counted, and
+            # refused, on the overflow counter, whose window is the one to wait for.
+            previous_key, current_key = self.window_keys(shared, expiry, now)
+        return self._window(previous_key, current_key, expiry, now)
 
     async def clear_sliding_window(self, key: str, expiry: int) -> None:
         for window_key in self.window_keys(key, expiry, self._clock()):
@@ -219,6 +233,7 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
 
     async def reset(self) -> int | None:
         held = len(self._counts)
+        self._overflows.clear()
         self._counts.clear()
         self._expires.clear()
         self._heap.clear()

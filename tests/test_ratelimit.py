@@ -10,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from limits import parse
+from limits.aio import strategies as limits_strategies
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
+from service import ratelimit
 from service.ratelimit import (
     LIMITS_VERSION,
     WINDOW_COUNTERS_URI,
@@ -491,6 +493,24 @@ def test_the_memory_store_at_its_bound_counts_newcomers_together():
     assert known == [False] * 100 and fresh == [False]  # no one's count was reset
     assert held <= 102 and overflowed == 1000  # the clients, and the flood's one counter (two windows)
     assert alone is True
+
+
+def test_a_newcomer_refused_on_the_overflow_counter_waits_for_its_window():
+    """Refused on the counter newcomers share while the store is full, a client is told to wait
+    for that counter's window, not for its own, which holds nothing (it said 1 s)."""
+    clock = Seconds()  # 1,600 s into an hour's window: 2,000 s left of it
+    limiter = RateLimiter(Settings(waitlist_rate_limit="2/hour", rate_limit_memory_clients=1))
+    limiter.storage._clock = clock  # the store's clock, and below limits' and the limiter's
+
+    async def play() -> list[int | None]:
+        # Room for two counters: the first two clients take one each (a client's first hit makes
+        # one); the newcomers after them share one allowance of two.
+        return [await limiter.hit(f"198.51.100.{n + 1}") for n in range(6)]
+
+    with mock.patch.object(limits_strategies, "time", clock), mock.patch.object(ratelimit, "time", clock):
+        waits = asyncio.run(play())
+    assert waits == [None] * 4 + [2000, 2000]
+    assert limiter.storage.overflowed == 4
 
 
 def test_the_limiter_bounds_the_memory_store_by_the_setting():
