@@ -92,6 +92,10 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
         # Never decoded: a gzip-labelled body read as it stands would be stored as the wrong bytes,
         # or refused as JSON it would have been once decoded (RFC 9110 section 8.4: 415).
         raise UnsupportedMediaType("Send the body without a Content-Encoding.")
+    if len(request.headers.getall("content-type", ())) > 1:
+        # One field by definition (RFC 9110 section 8.3): a proxy reading the last could see
+        # another body than the service reading the first.
+        raise UnsupportedMediaType("Send one Content-Type.")
     kind, params = media_type(request)
     accepted = (JSON, FORM) if form else (JSON,)
     if kind not in accepted:

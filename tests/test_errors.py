@@ -141,6 +141,20 @@ def test_a_body_under_a_content_encoding_is_415_and_stores_nothing(make_client, 
     assert stored == ["plain@example.com"]
 
 
+def test_two_content_types_are_415_and_store_nothing(make_client):
+    """Content-Type is one field: given twice, which one a proxy in front read is unknown."""
+    body = b'{"email": "twice@example.com", "intent": "claim"}'
+    with make_client() as client:
+        refused = client.post(
+            "/api/waitlist",
+            content=body,
+            headers=[("content-type", "application/json"), ("content-type", "text/plain")],
+        )
+        stored = client.run(_emails(client.app.ctx.engine))
+    assert (refused.status_code, refused.json) == (415, {"ok": False, "message": "Send one Content-Type."})
+    assert stored == []
+
+
 async def _emails(engine) -> list[str]:
     from sqlalchemy import select
 
