@@ -39,17 +39,58 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+class _Repeated(Exception):
+    """A member repeated somewhere in the document: where, is found again (``_repeated_path``)."""
+
+
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     document: dict[str, Any] = {}
     for key, value in pairs:
         if key in document:
-            raise BadRequest(errors=[FieldError(key, "repeated", "This member appears more than once.")])
+            raise _Repeated(key)
+        document[key] = value
+    return document
+
+
+class _RepeatedHere(dict[str, Any]):
+    """Stands in for an object with a repeated member, ``key``."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key = key
+
+
+def _marking_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in document:
+            return _RepeatedHere(key)
         document[key] = value
     return document
 
 
 # Built once: json.loads with hooks would construct a new decoder on every call.
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_reject_constant)
+_MARKING = json.JSONDecoder(object_pairs_hook=_marking_members, parse_constant=_reject_constant)
+
+
+def _repeated_path(text: str, key: str) -> str:
+    """The dotted path (``project.0.intent``) of the first repeated member: the document is read
+    once more, only when it is refused, marking each object with a repeated member; ``key`` alone
+    if that reading fails (a document nested too deep after the repetition)."""
+    try:
+        found: list[tuple[tuple[str, ...], Any]] = [((), _MARKING.decode(text))]
+    except (ValueError, RecursionError):
+        return key
+    while found:
+        path, value = found.pop()
+        if isinstance(value, _RepeatedHere):
+            return ".".join((*path, value.key))
+        if isinstance(value, dict):
+            found.extend(((*path, name), member) for name, member in reversed(value.items()))
+        elif isinstance(value, list):
+            found.extend(((*path, str(at)), item) for at, item in reversed(list(enumerate(value))))
+    return key
 
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
@@ -59,6 +100,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise _body_error("invalid_encoding", "The body is not valid UTF-8.") from None
     try:
         document = _DECODER.decode(text)
+    except _Repeated as repeated:
+        field = _repeated_path(text, str(repeated.args[0]))
+        message = "This member appears more than once."
+        raise BadRequest(errors=[FieldError(field, "repeated", message)]) from None
     except (ValueError, RecursionError):
         raise _body_error("invalid_json", "The body is not valid JSON.") from None
     if not isinstance(document, dict):

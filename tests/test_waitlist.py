@@ -146,6 +146,17 @@ RAW_BODIES = [
         field("email", "repeated", "This member appears more than once."),
     ),
     (b"email=a%40example.com&email=b%40example.com&intent=claim", FORM, field("email", "repeated", "This field appears more than once.")),
+    # Repeated inside a nested value: named by its path, not as a top-level member it is not.
+    (
+        b'{"email": "a@example.com", "intent": "claim", "project": {"x": 1, "x": 2}}',
+        JSON_TYPE,
+        field("project.x", "repeated", "This member appears more than once."),
+    ),
+    (
+        b'{"email": "a@example.com", "project": [{"intent": 1, "intent": 2}], "intent": "claim"}',
+        JSON_TYPE,
+        field("project.0.intent", "repeated", "This member appears more than once."),
+    ),
     (b"email=a%FF%40example.com&intent=claim", FORM, field("body", "invalid_encoding", "The form is not valid UTF-8.")),
     (b"email", FORM, field("body", "invalid_form", "The body is not a valid URL-encoded form.")),
 ]
