@@ -46,11 +46,8 @@ POSTGRES_QUERY = ("ssl", "sslmode", "password", "passfile", "target_session_attr
 # The values asyncpg takes for the options that take a word (any other stops the start with a
 # traceback from inside the driver).
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
-POSTGRES_CHOICES = {
-    "ssl": _SSL_MODES,
-    "sslmode": _SSL_MODES,
-    "target_session_attrs": ("any", "primary", "standby", "prefer-standby", "read-write", "read-only"),
-}
+_SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
+POSTGRES_CHOICES = {"ssl": _SSL_MODES, "sslmode": _SSL_MODES, "target_session_attrs": _SESSION_ATTRS}
 
 
 # The public base URL: scheme, host (a name, an IPv4 or a bracketed IPv6 address), port and path,
