@@ -43,12 +43,20 @@ class _Repeated(Exception):
     """A member repeated somewhere in the document: where, is found again (``_repeated_path``)."""
 
 
+def _first_repeated(pairs: list[tuple[str, Any]]) -> str:
+    """The first member name ``pairs`` give twice (they give one)."""
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            return key
+        seen.add(key)
+    raise AssertionError("no member is repeated")
+
+
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            raise _Repeated(key)
-        document[key] = value
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        raise _Repeated(_first_repeated(pairs))
     return document
 
 
@@ -61,12 +69,8 @@ class _RepeatedHere(dict[str, Any]):
 
 
 def _marking_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    document: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in document:
-            return _RepeatedHere(key)
-        document[key] = value
-    return document
+    document = dict(pairs)
+    return document if len(document) == len(pairs) else _RepeatedHere(_first_repeated(pairs))
 
 
 # Built once: json.loads with hooks would construct a new decoder on every call.
