@@ -84,6 +84,24 @@ def test_the_index_under_any_other_spelling_redirects_to_it(make_client, path):
     assert index.status_code == 200
 
 
+@pytest.mark.parametrize(
+    "page", ["/docs/webhooks/event-catalog", "/docs/webhooks/verifying-signatures.md", "/docs/webhooks/pages.css"]
+)
+def test_a_page_with_a_slash_after_it_redirects_to_the_page(make_client, page):
+    """A page is not a folder: `/docs/webhooks/event-catalog/` is sent to the page (its relative
+    links would resolve a level too deep there), as `/llms.txt/` is served as `/llms.txt`; a slash
+    after an unknown page is still a 404."""
+    with make_client(base_url=BASE) as client:
+        moved = client.get(page + "/", follow_redirects=False)
+        head = client.head(page + "/", follow_redirects=False)
+        served = client.get(page)
+        missing = client.get("/docs/webhooks/nothing-here/")
+    assert (moved.status_code, moved.headers["location"]) == (308, page)
+    assert (head.status_code, head.headers["location"]) == (308, page)
+    assert served.status_code == 200
+    assert missing.status_code == 404
+
+
 def test_the_policy_allows_no_script_and_no_other_origin():
     """The CSP denies by default, names no script source and allows only this origin and inline data images."""
     directives = dict(part.strip().split(" ", 1) for part in CONTENT_SECURITY_POLICY.split(";"))

@@ -43,6 +43,13 @@ def _serve_folder(document: CachedDocument) -> Handler:
     return serve
 
 
+def _moved(path: str) -> Handler:
+    async def moved(request: Request) -> HTTPResponse:
+        return redirect(path, status=308)
+
+    return moved
+
+
 def create_blueprint(discovery: Discovery) -> Blueprint:
     bp = Blueprint("discovery")
     for surface in (*DOCUMENTS, *API_DOCUMENTS):
@@ -69,12 +76,15 @@ def create_blueprint(discovery: Discovery) -> Blueprint:
     for number, (path, document) in enumerate(discovery.partner_pages.items()):
         serve = _serve_folder(document) if path == PARTNER_ROOT else _serve(document)
         bp.add_route(serve, path, methods=READ, name=f"partnerPage{number}", strict_slashes=True)
-
-    async def partner_index(request: Request) -> HTTPResponse:
-        return redirect(PARTNER_ROOT, status=308)
+        if path != PARTNER_ROOT:
+            # A page is a file, not a folder: with a slash after it, its relative links would
+            # resolve one level too deep, so that spelling is sent to the page's one address.
+            bp.add_route(
+                _moved(path), path + "/", methods=READ, name=f"partnerPageSlash{number}", strict_slashes=True
+            )
 
     bare = PARTNER_ROOT.rstrip("/")
-    bp.add_route(partner_index, bare, methods=READ, name="partnerIndex", strict_slashes=True)
+    bp.add_route(_moved(PARTNER_ROOT), bare, methods=READ, name="partnerIndex", strict_slashes=True)
     bp.add_route(sitemap, SITEMAP.path, methods=READ, name=SITEMAP.key)
     bp.add_route(event_schema, EVENT_SCHEMA_ROUTE, methods=READ, name="webhookEventSchema")
     return bp
