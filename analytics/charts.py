@@ -108,7 +108,7 @@ def success_rate_chart(rates: pd.DataFrame, threshold: float | None = None) -> F
     colours = [BELOW_COLOR if threshold is not None and value < threshold else BAR_COLOR for value in values]
     positions = np.arange(len(values))
     container = ax.bar(positions, values, color=colours)
-    ax.set_xticks(positions, _labels(rates, keys))
+    ax.set_xticks(positions, _labels(rates, keys), parse_math=False)
     # Inside the bars, so no label sits on the threshold line.
     ax.bar_label(container, labels=[f"{value:.1%}" for value in values], label_type="center", color="white")
     ax.set_ylim(0, 1.05)  # a rate is a share, so keep the scale honest even when all are high
@@ -170,7 +170,7 @@ def _figure() -> tuple[Figure, Axes]:
 def _bars(ax: Axes, labels: list[str], values: pd.Series) -> None:
     positions = np.arange(len(labels))
     container = ax.bar(positions, values.to_numpy(dtype="float64"))
-    ax.set_xticks(positions, labels)
+    ax.set_xticks(positions, labels, parse_math=False)
     ax.bar_label(container, fmt=BAR_LABEL_FORMAT)
 
 
@@ -183,7 +183,7 @@ def _stacked(ax: Axes, labels: list[str], parts: pd.DataFrame, colours: list[Any
         values = parts[column].to_numpy(dtype="float64")
         containers.append(ax.barh(positions, values, left=left, color=colour, label=str(column)))
         left += values
-    ax.set_yticks(positions, labels)
+    ax.set_yticks(positions, labels, parse_math=False)
     ax.invert_yaxis()  # the first group at the top, as in the tables
     return containers
 
@@ -205,20 +205,25 @@ def _share_bars(ax: Axes, frame: pd.DataFrame, count: str, colourmap: str) -> No
 
 
 def _legend(ax: Axes, **options: Any) -> None:
-    """A legend of the labelled parts, if any: an empty answer draws none (and no warning)."""
+    """A legend of the labelled parts, if any: an empty answer draws none (and no warning). Its
+    labels are drawn as written, as the tick labels are (``_text``)."""
     if ax.get_legend_handles_labels()[0]:
-        ax.legend(**options)
+        for text in ax.legend(**options).get_texts():
+            text.set_parse_math(False)
 
 
 def _barh(ax: Axes, labels: list[str], values: pd.Series) -> None:
     positions = np.arange(len(labels))
     container = ax.barh(positions, values.to_numpy(dtype="float64"))
-    ax.set_yticks(positions, labels)
+    ax.set_yticks(positions, labels, parse_math=False)
     ax.invert_yaxis()  # the frames come largest first, and a reader starts at the top
     ax.bar_label(container, fmt=BAR_LABEL_FORMAT)
 
 
 def _text(column: pd.Series) -> list[str]:
+    """Labels from data, drawn as written: every axis that shows them turns matplotlib's math
+    text off (``parse_math=False``), so a project named ``$5 or $10`` is not set in math italics,
+    and one named ``$\\frac$`` does not stop the chart."""
     return [NONE_LABEL if pd.isna(value) else str(value) for value in column]
 
 

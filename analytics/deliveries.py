@@ -19,6 +19,7 @@ import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
 DECIMALS = 4  # enough to tell rates apart, few enough that notebook output never jitters
+MAX_BANDS = 10  # latency bands a table and its chart show at most (``latency_bands``)
 PERCENTILES = (50, 90, 99)  # the median, the usual tail, the rare tail
 DELIVERED = "delivered"  # the outcome of an attempt answered 2xx, and the state it leaves
 SUCCESS_RATE = "attempt success rate"  # the name of the one definition of success (see above)
@@ -65,7 +66,8 @@ def events_and_requests(deliveries: pd.DataFrame, by: By = "partner_name") -> pd
 
     An event is one event for one partner; a request is one signed POST: an event sent alone, or a
     batch carrying several events. Counting both as "deliveries" would count a batched event twice.
-    Takes ``with_batches(load_deliveries(), load_delivery_batches())``.
+    Takes ``with_batches(load_deliveries(), load_delivery_batches())``. Without ``by``, one row
+    (zeros for an empty log).
     """
     if "is_batch" not in deliveries.columns:
         raise ValueError("events and requests are told apart by with_batches (batch_id, is_batch)")
@@ -81,24 +83,29 @@ def events_and_requests(deliveries: pd.DataFrame, by: By = "partner_name") -> pd
         "requests_delivered": is_request & delivered,
     }
     sums = _groups(deliveries.assign(**counted), keys)[list(counted)].sum()
+    if not keys and sums.empty:  # the overall answer has its one row, of zeros on an empty log
+        sums = pd.DataFrame(0, index=[0], columns=list(counted))
     return sums.astype("int64").reset_index(drop=not keys)
 
 
 def success_over_windows(
     attempts: pd.DataFrame,
-    now: pd.Timestamp,
+    now: pd.Timestamp | None,
     by: By = "partner_name",
     windows: Sequence[tuple[str, pd.Timedelta]] = RECENT_WINDOWS,
 ) -> pd.DataFrame:
     """Columns ``*by``, then for each window (ending at ``now``) and for all history
     ``<window> attempts`` and ``<window> rate``: the attempt success rate over that window, NaN
-    where the group made no attempt in it. Groups with any attempt at all have a row."""
+    where the group made no attempt in it. Groups with any attempt at all have a row. Without
+    ``now`` (``data_now`` of an empty log) every window is all of history."""
     keys = _keys(by)
     whole = success_rate(attempts, by=keys or None)
     out = whole[keys].copy() if keys else pd.DataFrame(index=[0])
     for label, length in [*windows, (ALL_HISTORY, None)]:
-        inside = attempts if length is None else attempts[attempts["started_at"].gt(now - length)]
-        inside = inside[inside["started_at"].le(now)] if length is not None else inside
+        if length is None or now is None:
+            inside = attempts
+        else:
+            inside = attempts[attempts["started_at"].gt(now - length) & attempts["started_at"].le(now)]
         rates = success_rate(inside, by=keys or None)
         if keys:
             rates = whole[keys].merge(rates, on=keys, how="left")
@@ -109,13 +116,12 @@ def success_over_windows(
     return out.reset_index(drop=True)
 
 
-def data_now(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> pd.Timestamp:
-    """The newest moment the log records: where the recent windows of a log end."""
+def data_now(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> pd.Timestamp | None:
+    """The newest moment the log records: where the recent windows of a log end; None for an
+    empty log (a new database), whose every window is all of its history: nothing."""
     moments = [deliveries["created_at"].max(), attempts["started_at"].max()]
     known = [moment for moment in moments if not pd.isna(moment)]
-    if not known:
-        raise ValueError("an empty log has no time")
-    return max(known)
+    return max(known) if known else None
 
 
 def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
@@ -195,6 +201,9 @@ def latency_percentiles(
 def latency_bands(attempts: pd.DataFrame, by: By = "partner_name", step_ms: int = 50) -> pd.DataFrame:
     """Columns ``*by, attempts``, then one per band of ``step_ms``: the share of attempts that took
     that long (``0-49 ms``, ``50-99 ms``, ... up to the slowest attempt's band, zeros included).
+    There are ``MAX_BANDS`` at most, the last open-ended (``≥ 450 ms``): one attempt that ran to
+    the webhook timeout (15 s by default) would otherwise add 300 bands of 50 ms, and a table and
+    chart nobody can read.
 
     Percentiles hide what differs between endpoints that mostly answer at once (every median is
     the first band); the bands show how often each one is slow. ``duration_ms`` is measured in
@@ -204,7 +213,8 @@ def latency_bands(attempts: pd.DataFrame, by: By = "partner_name", step_ms: int 
     if step_ms < 1:
         raise ValueError("step_ms is a positive number of milliseconds")
     keys = _keys(by)
-    band = attempts["duration_ms"].astype("int64") // step_ms * step_ms
+    slowest = (MAX_BANDS - 1) * step_ms  # where the open-ended band starts
+    band = (attempts["duration_ms"].astype("int64") // step_ms * step_ms).clip(upper=slowest)
     lows = range(0, int(band.max()) + 1, step_ms) if len(band) else range(0)
     counts = (
         _groups(attempts.assign(_band=band), keys)["_band"]
@@ -216,7 +226,8 @@ def latency_bands(attempts: pd.DataFrame, by: By = "partner_name", step_ms: int 
     total = counts.sum(axis=1)
     out = pd.DataFrame({"attempts": total})
     for low in lows:
-        out[f"{low}-{low + step_ms - 1} ms"] = (counts[low] / total).round(DECIMALS)
+        name = f"≥ {low} ms" if low == slowest else f"{low}-{low + step_ms - 1} ms"
+        out[name] = (counts[low] / total).round(DECIMALS)
     return out.reset_index(drop=not keys)
 
 
@@ -330,13 +341,15 @@ def _percentile_table(
 # --- what an operator should act on -----------------------------------------------------------
 
 PAUSED = "paused"
+DISABLED = "disabled"  # by the service, after SERVICE_WEBHOOK_DISABLE_AFTER of unbroken failure
+REMOVED = "removed"  # by an admin: kept so history names it, never sent to again
 FAILED = "failed"
 PENDING = "pending"
 UNRELIABLE = "unreliable"
 CLI = "python -m service partners"
 ACTION_COLUMNS = ("partner_name", "issue", "count", "detail", "command")
 NOTHING_TO_ACT_ON = (
-    "Nothing to act on: no partner is paused, no delivery has failed, and every partner's "
+    "Nothing to act on: no partner is paused or disabled, no delivery has failed, and every partner's "
     "attempt success rate is at least {threshold:.0%}."
 )
 
@@ -356,15 +369,19 @@ def action_items(
     ``now``: a partner that failed last week and has answered since is not on the list, and one
     with no attempt in the window has nothing to judge. Without it, over all of history.
 
-    Issues, in the order to handle them: ``paused`` (the partner answered 410 Gone, or an admin
-    paused it; ``count`` deliveries wait for a resume), ``failed`` (``count`` deliveries spent their
+    Issues, in the order to handle them: ``disabled`` (the service stopped sending after the
+    partner failed without a break for ``SERVICE_WEBHOOK_DISABLE_AFTER``; ``count`` deliveries wait
+    for a resume once the endpoint is fixed), ``paused`` (the partner answered 410 Gone, or an
+    admin paused it; ``count`` deliveries wait for a resume), ``failed`` (``count`` deliveries spent their
     retry schedule; an admin retry sends them again), ``unreliable`` (an active partner whose
     attempt success rate is below ``min_success_rate``; ``count`` attempts did not succeed).
     Frames as ``load_partners``, ``load_deliveries`` and ``load_attempts`` return them; no row
-    means nothing to act on (``action_report`` says so).
+    means nothing to act on (``action_report`` says so). A removed partner is never on the list:
+    nothing can be sent to it again, and the commands would answer 404.
     """
     rows: list[dict[str, object]] = []
-    for partner in partners.sort_values(["name", "id"], kind="stable").itertuples():
+    present = partners[partners["status"].ne(REMOVED)]
+    for partner in present.sort_values(["name", "id"], kind="stable").itertuples():
         mine = deliveries[deliveries["partner_id"].eq(partner.id)]
         tried = attempts[attempts["partner_id"].eq(partner.id)]
 
@@ -383,6 +400,14 @@ def action_items(
                 "resume once the partner says the endpoint is back",
                 f"{CLI} resume {partner.id}",
             )
+        if partner.status == DISABLED:
+            add(
+                DISABLED,
+                int(mine["status"].eq(PENDING).sum()),
+                f"disabled {partner.updated_at:%Y-%m-%d %H:%M} UTC after failing without a break; "
+                "fix or update its URL, then resume",
+                f"{CLI} resume {partner.id}",
+            )
         failed = requests_only(mine)[requests_only(mine)["status"].eq(FAILED)]
         if len(failed):
             last = tried[tried["delivery_id"].isin(failed["id"])].groupby("delivery_id").tail(1)
@@ -397,7 +422,7 @@ def action_items(
             label, length = window
             judged = tried[tried["started_at"].gt(now - length) & tried["started_at"].le(now)]
             over = f" over the {label}"
-        if len(judged) and partner.status != PAUSED:  # a paused partner's first step is its resume
+        if len(judged) and partner.status not in (PAUSED, DISABLED):  # their first step is a resume
             [rate] = success_rate(judged, by=None).itertuples()
             if rate.success_rate < min_success_rate:
                 add(
@@ -407,7 +432,7 @@ def action_items(
                     f"errors: {_tally(judged.loc[judged['outcome'].ne(DELIVERED), 'error_class'])}",
                     f"{CLI} test {partner.id}",
                 )
-    order = {PAUSED: 0, FAILED: 1, UNRELIABLE: 2}
+    order = {DISABLED: 0, PAUSED: 1, FAILED: 2, UNRELIABLE: 3}
     out = pd.DataFrame(rows, columns=list(ACTION_COLUMNS)).astype({"count": "int64"})
     out = out.sort_values(
         ["issue", "partner_name"], key=lambda column: column.map(order) if column.name == "issue" else column

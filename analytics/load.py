@@ -39,7 +39,9 @@ Convert = Callable[[pd.DataFrame], pd.DataFrame]
 CHUNK_ROWS = 50_000
 
 # Column -> dtype of each frame, stated once so empty and all-NULL columns type like full ones.
-UTC_TIME = "datetime64[ns, UTC]"
+# Times keep the databases' own precision, microseconds: nanoseconds reach only 1677 to 2262, and
+# an event's occurredAt may be any year from 1 to 9999.
+UTC_TIME = "datetime64[us, UTC]"
 REGISTRATION_COLUMNS: dict[str, str] = {
     "email": "str",
     "email_hash": "str",
@@ -282,6 +284,8 @@ def _shared(column: pd.Series) -> pd.Series:
     hold a million separate strings.
     """
     codes, uniques = pd.factorize(column, use_na_sentinel=True)
+    if not len(uniques):  # every value missing (no one named a project in this slice)
+        return pd.Series([None] * len(column), index=column.index, dtype="object", name=column.name)
     values = uniques.to_numpy(dtype="object").take(codes, mode="clip")
     values[codes < 0] = None
     return pd.Series(values, index=column.index, dtype="object", name=column.name)

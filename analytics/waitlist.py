@@ -13,6 +13,7 @@ from service.db.registrations import INTENTS as ACCEPTED_INTENTS
 # because every table here is.
 INTENTS = tuple(sorted(ACCEPTED_INTENTS))
 DECIMALS = 4  # enough to tell shares apart, few enough that notebook output never jitters
+PERIOD = "period"  # the time column of ``registrations_over_time``
 # Masked addresses collide ("a***@example.com"), so identity needs one of these, best first.
 IDENTITY_COLUMNS = ("email_hash", "email_key")
 # Up to two months, one point a day still reads as a line; a longer span is read in weeks.
@@ -47,7 +48,8 @@ def intent_mix(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def registrations_over_time(df: pd.DataFrame, freq: str | None = None) -> pd.DataFrame:
-    """Columns ``period`` then one count column per intent, every period in range, zeros filled.
+    """Columns ``period`` then one count column per intent, every period in range, zeros filled
+    (an intent stored as ``period`` is counted as ``period (intent)``).
 
     Each ``period`` is labelled by its start: ``"D"`` the day, ``"W"`` the Monday the week starts
     on (UTC), ``"MS"`` the month's first day. Without ``freq``, ``time_step`` picks days or weeks
@@ -66,7 +68,10 @@ def registrations_over_time(df: pd.DataFrame, freq: str | None = None) -> pd.Dat
             counts = counts.reindex(every, fill_value=0)
     else:
         counts = onehot.resample(step).sum()
-    counts.index.name = "period"
+    # An intent stored as "period" (an earlier release, or a hand in the database) keeps its
+    # count, under a name that cannot be taken for the period column.
+    counts = counts.rename(columns={PERIOD: f"{PERIOD} (intent)"})
+    counts.index.name = PERIOD
     counts.columns.name = None
     return counts.reset_index()
 

@@ -122,6 +122,31 @@ def test_top_projects_chart() -> None:
     assert ax.yaxis_inverted()
 
 
+NAMES_WITH_DOLLARS = ["$\\frac$", "$5 off or $10 cashback", "$FROG"]
+
+
+def test_labels_from_data_are_drawn_as_written() -> None:
+    """Project names (and any other label taken from data) are never read as math text: a name
+    like `$\\frac$` used to stop the chart at drawing time, and `$5 off or $10` lost its dollars
+    to math italics."""
+    top = pd.DataFrame({"project": NAMES_WITH_DOLLARS, "count": [3, 2, 1]})
+    fig = charts.top_projects_chart(top)
+    ax = only_axes(fig)
+    assert ticks(ax.get_yticklabels()) == NAMES_WITH_DOLLARS
+    assert not any(label.get_parse_math() for label in ax.get_yticklabels())
+    assert render_png(fig).startswith(b"\x89PNG")
+    over_time = pd.DataFrame(
+        {"period": pd.to_datetime(["2024-03-01", "2024-03-02"], utc=True), "$x$ or $\\frac$": [1, 2]}
+    )
+    fig = charts.registrations_over_time_chart(over_time)
+    legend = only_axes(fig).get_legend()
+    assert legend is not None
+    assert [(text.get_text(), text.get_parse_math()) for text in legend.get_texts()] == [
+        ("$x$ or $\\frac$", False)
+    ]
+    assert render_png(fig).startswith(b"\x89PNG")
+
+
 def test_message_length_chart() -> None:
     """The histogram holds every message once, across the requested bins."""
     ax = only_axes(charts.message_length_chart(LENGTHS, bins=4))

@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 from pandas.testing import assert_frame_equal
 
-from analytics import deliveries
+from analytics import deliveries, load
 from analytics.deliveries import By
 
-UTC_TIME = "datetime64[ns, UTC]"
+UTC_TIME = "datetime64[us, UTC]"
 
 
 def utc(*stamps: str | None) -> pd.Series:
@@ -417,6 +417,78 @@ def test_action_items() -> None:
     assert_frame_equal(deliveries.action_items(*operator_frames()), expected)
 
 
+def test_a_disabled_partner_is_an_action_item_and_a_removed_one_never_is() -> None:
+    """The service disabled Dead after days of failure, with two deliveries waiting: it heads the
+    list, with its resume. Gone was removed by an admin: its failed delivery and poor rate are
+    history, and its commands would answer 404, so it is not on the list."""
+    partners = pd.DataFrame(
+        {
+            "id": ["p_dead", "p_gone", "p_fine"],
+            "name": ["Dead", "Gone", "Fine"],
+            "status": ["disabled", "removed", "active"],
+            "updated_at": utc("2024-03-06T09:15:00", "2024-03-02T00:00:00", "2024-03-01T00:00:00"),
+        }
+    )
+    log = pd.DataFrame(
+        {
+            "id": ["d1", "d2", "g1", "ok"],
+            "partner_id": ["p_dead", "p_dead", "p_gone", "p_fine"],
+            "status": ["pending", "pending", "failed", "delivered"],
+        }
+    )
+    rows = [
+        ("d1", "p_dead", 503, "http_503", "retry"),
+        ("d2", "p_dead", None, "connect", "retry"),
+        ("g1", "p_gone", 500, "http_500", "failed"),
+        ("ok", "p_fine", 200, None, "delivered"),
+    ]
+    attempts = pd.DataFrame(
+        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
+    ).astype({"status_code": "Int64"})
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Dead"],
+            "issue": ["disabled"],
+            "count": [2],
+            "detail": [
+                "disabled 2024-03-06 09:15 UTC after failing without a break; fix or update its URL, then resume"
+            ],
+            "command": ["python -m service partners resume p_dead"],
+        }
+    )
+    assert_frame_equal(deliveries.action_items(partners, log, attempts), expected)
+
+
+def test_latency_bands_stop_at_ten_the_last_open_ended() -> None:
+    """An attempt that ran to the 15 s timeout adds no 150 empty bands of 100 ms: the tenth band
+    holds everything from 900 ms on."""
+    frame = pd.DataFrame({"partner_name": ["Acme"] * 4, "duration_ms": [20, 150, 950, 15_000]})
+    bands = deliveries.latency_bands(frame, step_ms=100)
+    assert list(bands.columns) == [
+        "partner_name",
+        "attempts",
+        *(f"{low}-{low + 99} ms" for low in range(0, 900, 100)),
+        "≥ 900 ms",
+    ]
+    assert bands.iloc[0][["0-99 ms", "100-199 ms", "≥ 900 ms"]].tolist() == [0.25, 0.25, 0.5]
+    assert len(bands.columns) == 2 + deliveries.MAX_BANDS
+
+
+def test_an_empty_log_has_no_newest_record_and_every_window_is_empty() -> None:
+    """A new database: no moment to end the windows at, and every window (all of history too)
+    holds no attempt, where the first cell of the delivery notebook stopped."""
+    def empty(columns: dict[str, str]) -> pd.DataFrame:
+        return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+
+    log = deliveries.with_batches(empty(load.DELIVERY_COLUMNS), empty(load.BATCH_COLUMNS))
+    attempts = empty(load.ATTEMPT_COLUMNS)
+    now = deliveries.data_now(log, attempts)
+    assert now is None
+    windows = deliveries.success_over_windows(attempts, now, by=None)
+    assert windows.filter(like="attempts").iloc[0].tolist() == [0, 0, 0]
+    assert deliveries.events_and_requests(log, by=None).iloc[0].tolist() == [0, 0, 0, 0, 0]
+
+
 def test_action_items_when_all_is_well() -> None:
     """Nothing to act on is an empty table with the same columns."""
     partners, log, attempts = operator_frames()
@@ -429,7 +501,7 @@ def test_the_action_report_says_when_there_is_nothing_to_act_on() -> None:
     """An empty action table is reported as one sentence naming the threshold, never as silence."""
     empty = pd.DataFrame(columns=list(deliveries.ACTION_COLUMNS))
     assert deliveries.action_report(empty) == (
-        "Nothing to act on: no partner is paused, no delivery has failed, and every partner's "
+        "Nothing to act on: no partner is paused or disabled, no delivery has failed, and every partner's "
         "attempt success rate is at least 95%."
     )
     assert deliveries.action_report(empty, min_success_rate=0.9).endswith("at least 90%.")

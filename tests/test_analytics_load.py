@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from analytics import load
 from service.db import tables
 
-UTC_TIME = "datetime64[ns, UTC]"
+UTC_TIME = "datetime64[us, UTC]"
 T0 = datetime(2024, 3, 1, 10, 0, tzinfo=UTC)
 
 
@@ -394,3 +394,41 @@ async def test_loaders_read_postgresql() -> None:
         async with admin.connect() as conn:
             await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         await admin.dispose()
+
+
+def test_registrations_load_when_no_one_named_a_project(tmp_path: Path) -> None:
+    """A table (or one read slice of it) whose every project is NULL loads, the column all NA:
+    sharing the repeated strings found none to share and failed."""
+    path = build_database(tmp_path / "unnamed.db", rows=False)
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(
+            insert(tables.registrations),
+            [
+                {"email": f"u{n}@example.com", "email_key": f"u{n}@example.com", "intent": "member",
+                 "project": None, "message": None, "created_at": at(n), "updated_at": at(n)}
+                for n in range(3)
+            ],
+        )  # fmt: skip
+    engine.dispose()
+    frame = load.load_registrations(path)
+    assert len(frame) == 3
+    assert frame["project"].isna().all()
+    assert str(frame["project"].dtype) == load.REGISTRATION_COLUMNS["project"]
+
+
+@pytest.mark.parametrize("year", [1, 1500, 2300, 9999])
+def test_event_times_load_in_any_year_the_service_accepts(tmp_path: Path, year: int) -> None:
+    """Publishing accepts an occurredAt in any year from 1 to 9999; the delivery log loads it as
+    stored (nanosecond times reach only 1677 to 2262, and the load failed outside them)."""
+    path = build_database(tmp_path / "years.db")
+    moment = datetime(year, 6, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(tables.events.update().where(tables.events.c.id == "ev1").values(occurred_at=moment))
+    engine.dispose()
+    frame = load.load_deliveries(path)
+    occurred = frame.loc[frame["event_id"].eq("ev1"), "occurred_at"]
+    assert list(occurred) == [pd.Timestamp(moment)] * len(occurred)
+    assert len(occurred) >= 1
+    assert str(frame["occurred_at"].dtype) == UTC_TIME

@@ -8,7 +8,7 @@ from pandas.testing import assert_frame_equal, assert_series_equal
 
 from analytics import waitlist
 
-UTC_TIME = "datetime64[ns, UTC]"
+UTC_TIME = "datetime64[us, UTC]"
 
 
 def utc(*stamps: str) -> pd.Series:
@@ -92,6 +92,16 @@ def test_registrations_over_time_of_nothing() -> None:
     result = waitlist.registrations_over_time(registrations().iloc[:0])
     assert list(result.columns) == ["period", "arcade", "claim", "member"]
     assert result.empty
+
+
+def test_an_intent_stored_as_period_keeps_its_count_beside_the_period_column() -> None:
+    """Unknown intents show, not vanish; one stored as "period" (an earlier release, a hand in the
+    database) took the period column's name and stopped the table."""
+    frame = registrations().assign(intent=["claim", "period", "claim", "arcade", "period", "claim"])
+    result = waitlist.registrations_over_time(frame, freq="D")
+    assert list(result.columns) == ["period", "arcade", "claim", "member", "period (intent)"]
+    assert result["period (intent)"].sum() == 2
+    assert result["period"].dtype == UTC_TIME
 
 
 @pytest.mark.parametrize("identity", ["email_hash", "email_key"])
