@@ -138,7 +138,19 @@ async def test_partner_activity_by_hour(reads: Summaries) -> None:
 
 
 @pytest.mark.parametrize(
-    "args", [{"after": "garbage"}, {"status": "lost"}, {"sort": "id"}, {"after": "2026-06-29T12:00:00~"}]
+    "args",
+    [
+        {"after": "garbage"},
+        {"status": "lost"},
+        {"sort": "id"},
+        {"after": "2026-06-29T12:00:00~"},
+        # What no database stores: an id with a NUL or a lone surrogate, a moment that is year 0 or
+        # year 10000 once in UTC. PostgreSQL's driver refused each with an error (a 500).
+        {"after": "2026-06-29T12:00:00+00:00~dlv\x0001"},
+        {"after": "2026-06-29T12:00:00+00:00~dlv\ud80001"},
+        {"after": "0001-01-01T00:00:00+05:00~dlv_01"},
+        {"after": "9999-12-31T23:59:59-05:00~dlv_01"},
+    ],
 )
 async def test_a_hand_edited_listing_link_is_refused(reads: Summaries, args: dict[str, str]) -> None:
     """An unknown parameter, status or page key is InvalidInput naming it, never a guess."""

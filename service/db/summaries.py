@@ -23,6 +23,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.tables import deliveries, delivery_attempts, events, partners, registrations, workers
+from service.text import text_fault
 
 LAST_CHARACTER = "\U0010ffff"  # sorts after every character: text starting with P is below P + this
 
@@ -75,17 +76,19 @@ class Key:
 
     @classmethod
     def parse(cls, token: str) -> Key | None:
-        """From ``token()``'s text; None for anything else (a page link edited by hand)."""
+        """From ``token()``'s text; None for anything else (a page link edited by hand), and for
+        what no database stores, which PostgreSQL's driver refuses with an error: an id holding
+        a NUL or a lone surrogate, a moment outside years 1 to 9999 once in UTC."""
         moment, sep, row_id = token.partition("~")
-        if not sep or not row_id or len(token) > 200:
+        if not sep or not row_id or len(token) > 200 or text_fault(row_id) is not None:
             return None
         try:
             created = datetime.fromisoformat(moment)
-        except ValueError:
+            if created.utcoffset() is None:
+                return None
+            return cls(created.astimezone(UTC), row_id)
+        except (ValueError, OverflowError):
             return None
-        if created.utcoffset() is None:
-            return None
-        return cls(created, row_id)
 
 
 def _before(created: Any, row_id: Any, key: Key | None) -> ColumnElement[bool] | None:
