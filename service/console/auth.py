@@ -14,7 +14,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from sanic.response import redirect
 
 from service.admin import tokens_match
-from service.console.pages import Console, forbidden, form
+from service.console.pages import Console, forbidden, form, given_twice
 from service.console.session import PATH, safe_next, same_origin
 from service.ratelimit import client_key
 from service.waitlist import client_address
@@ -33,6 +33,8 @@ def register(bp: Blueprint, console: Console) -> None:
     async def login(request: Request) -> HTTPResponse:
         if not same_origin(request, console.settings.base_url):
             return forbidden(console, request)
+        if (twice := given_twice(console, request, back=PATH + "/login")) is not None:
+            return twice  # neither the first nor the last of two tokens: nothing is tried or counted
         fields = form(request)
         target = safe_next(fields.get("next"))
         attempts = console.attempts(request)

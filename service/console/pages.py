@@ -203,13 +203,20 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         return too_large(console, request)
     if not (same_origin(request, console.settings.base_url) and csrf_matches(request, session)):
         return forbidden(console, request)
+    return given_twice(console, request, back=PATH)
+
+
+def given_twice(console: Console, request: Request, *, back: str) -> HTTPResponse | None:
+    """The 400 page naming each field the form gives more than once (but ``LISTS``), else None: as
+    the admin API refuses a member given twice, the console never guesses between two values. The
+    sign-in form, which the guard lets through without a session, asks for this itself."""
     fields: Mapping[str, list[str]] = request.form or {}
     repeated = [name for name, values in fields.items() if len(values) > 1 and name not in LISTS]
-    if repeated:  # as the admin API refuses a member given twice: never a guess between them
-        message = "This field appears more than once."
-        error = InvalidInput(errors=[FieldError(name, "repeated", message) for name in repeated])
-        return console.refused(request, error, back=PATH)
-    return None
+    if not repeated:
+        return None
+    message = "This field appears more than once."
+    error = InvalidInput(errors=[FieldError(name, "repeated", message) for name in repeated])
+    return console.refused(request, error, back=back)
 
 
 def secure(response: HTTPResponse) -> HTTPResponse:

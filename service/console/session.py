@@ -85,18 +85,24 @@ class Sessions:
         return Session(data["sid"], data["csrf"])
 
     def set_cookie(self, response: HTTPResponse, value: str) -> None:
+        self._cookie(response, COOKIE, value, SESSION_SECONDS)
+
+    def clear_cookie(self, response: HTTPResponse) -> None:
+        self._cookie(response, COOKIE, "", 0)
+
+    def _cookie(self, response: HTTPResponse, name: str, value: str, seconds: int) -> None:
+        """Set one of the console's cookies, or with ``seconds`` 0 delete it. A deletion carries the
+        attributes the cookie was set with: Sanic's ``delete_cookie`` always says ``Secure``, which a
+        browser ignores on a plain-http answer (the cookie then survives sign-out)."""
         response.add_cookie(
-            COOKIE,
+            name,
             value,
             path=PATH,
             httponly=True,
             samesite="Strict",
             secure=self.secure,
-            max_age=SESSION_SECONDS,
+            max_age=seconds,
         )
-
-    def clear_cookie(self, response: HTTPResponse) -> None:
-        response.delete_cookie(COOKIE, path=PATH)
 
     # --- one-time messages --------------------------------------------------------------------
 
@@ -106,15 +112,7 @@ class Sessions:
         stays within the 4,096 bytes a browser keeps of a cookie."""
         document = json.dumps({"sid": session.id, **message}, ensure_ascii=False)
         sealed = self._fernet.encrypt_at_time(document.encode(), self._seconds()).decode()
-        response.add_cookie(
-            FLASH_COOKIE,
-            sealed,
-            path=PATH,
-            httponly=True,
-            samesite="Strict",
-            secure=self.secure,
-            max_age=FLASH_SECONDS,
-        )
+        self._cookie(response, FLASH_COOKIE, sealed, FLASH_SECONDS)
 
     def take_flash(self, request: Request, session: Session) -> dict[str, Any] | None:
         """The message left for this session, if any (the page then clears the cookie)."""
@@ -130,29 +128,39 @@ class Sessions:
         return data
 
     def clear_flash(self, response: HTTPResponse) -> None:
-        response.delete_cookie(FLASH_COOKIE, path=PATH)
+        self._cookie(response, FLASH_COOKIE, "", 0)
+
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def origin_of(url: str) -> str | None:
-    """``scheme://host[:port]`` of ``url``, lowered; None for what is no absolute URL (a
-    ``Referer`` of ``http://[``, say, which ``urlsplit`` refuses)."""
+    """``scheme://host[:port]`` of ``url`` as a browser writes an ``Origin``: scheme and host lowered,
+    the scheme's default port left out (a base URL of ``https://ops.example:443`` is the origin
+    ``https://ops.example``). None for what is no absolute URL (a ``Referer`` of ``http://[``, say,
+    which ``urlsplit`` refuses, or a port that is no number)."""
     try:
         parts = urlsplit(url)
+        port = parts.port
     except ValueError:
         return None
-    if not parts.scheme or not parts.netloc:
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if not scheme or not host:
         return None
-    return f"{parts.scheme}://{parts.netloc}".lower()
+    if ":" in host:  # an IPv6 address, which urlsplit gives without its brackets
+        host = f"[{host}]"
+    if port is None or port == DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 def same_origin(request: Request, base_url: str) -> bool:
     """The request's ``Origin`` (or, without one, its ``Referer``) is the base URL's origin."""
     expected = origin_of(base_url)
     origin = request.headers.get("origin")
-    if isinstance(origin, str):
-        return origin.lower() == expected
-    referer = request.headers.get("referer")
-    return isinstance(referer, str) and origin_of(referer) == expected
+    if not isinstance(origin, str):
+        origin = request.headers.get("referer")
+    return expected is not None and isinstance(origin, str) and origin_of(origin) == expected
 
 
 def csrf_matches(request: Request, session: Session) -> bool:
