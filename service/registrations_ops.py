@@ -10,6 +10,7 @@ identity (``service.db.registrations.email_key``), the same key the waitlist sto
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -76,11 +77,15 @@ class RegistrationOperations:
 
     async def export_registrations(self, write: Callable[[Entry], object]) -> Document:
         """Every registration, oldest first, handed to ``write`` one at a time (streamed, so an
-        export of millions stays small)."""
+        export of millions stays small). A ``write`` that returns an awaitable (a coroutine
+        function) is waited for before the next row is read: a download sent as it goes then sets
+        the pace, and no rows pile up in memory while its client reads slowly."""
         count = 0
         async with self.engine.connect() as conn:
             async for entry in store.iter_registrations(conn):
-                write(entry)
+                written = write(entry)
+                if inspect.isawaitable(written):
+                    await written
                 count += 1
         return {"exported": count}
 

@@ -266,6 +266,22 @@ def test_sign_in_goes_only_to_console_paths(given: str | None, expected: str) ->
     assert safe_next(given) == expected
 
 
+def test_an_export_of_many_pieces_is_whole_and_in_order(make_client: Any) -> None:
+    """Export CSV sends a piece of about 64 KiB at a time as it reads: 1,200 registrations with
+    long messages (several pieces) arrive every one, once, oldest first."""
+    with make_client(admin_token=TOKEN, waitlist_rate_limit="100000/minute") as client:
+        for number in range(1200):
+            body = {"email": f"many{number}@example.com", "intent": "member", "message": "m" * 200}
+            assert client.post("/api/waitlist", json=body).status_code == 200
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/waitlist", cookies=cookies).text)
+        response = client.post("/console/waitlist/export", data={"csrf": token}, headers=ORIGIN, cookies=cookies)
+    assert response.status_code == 200
+    assert len(response.content) > 4 * 64 * 1024
+    rows = response.text.splitlines()[1:]
+    assert [row.split(",")[0] for row in rows] == [f"many{number}@example.com" for number in range(1200)]
+
+
 def test_export_is_a_csv_download_with_the_console_headers(make_client: Any) -> None:
     """Export CSV streams every registration as an attachment, formula cells quoted, headers on."""
     with make_client(admin_token=TOKEN) as client:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -10,10 +11,14 @@ import urllib.parse
 from typing import Any
 
 import pytest
+from sqlalchemy import insert
 
 from service.cli import main
 from service.clock import ManualClock
+from service.db import tables
+from service.db.engine import create_engine
 from service.db.registrations import email_key
+from service.registrations_ops import RegistrationOperations
 from service.waitlist import parse_registration
 
 TOKEN = "erasure-admin-token-for-the-erasure-tests"
@@ -159,3 +164,43 @@ def test_spellings_of_one_address_are_one_registration_and_erased_together(
         response = _erase(client, "?email=" + urllib.parse.quote("JOSÉ@BÜCHER.example"))
         assert (response.status_code, response.json) == (200, {"erased": 2})
         assert _emails(client) == []
+
+
+async def test_an_export_waits_for_a_writer_that_waits(database_url: str) -> None:
+    """An awaitable ``write`` (a download sent as it goes) sets the pace: while it waits, no more
+    rows are read; when the download stops, the export stops with it and its connection goes back
+    to the pool. A writer the export did not wait for held every row in memory until it drained."""
+    engine = create_engine(database_url)
+    moment = ManualClock()()
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(tables.registrations),
+            [{"email": f"r{n}@example.com", "email_key": f"r{n}@example.com", "intent": "member",
+              "created_at": moment, "updated_at": moment} for n in range(50)],
+        )  # fmt: skip
+    written: list[str] = []
+    reached, held = asyncio.Event(), asyncio.Event()
+
+    async def write(entry: dict[str, Any]) -> None:
+        written.append(entry["email"])
+        if len(written) == 10:
+            reached.set()
+            await held.wait()  # the client stopped reading
+
+    try:
+        export = asyncio.ensure_future(RegistrationOperations(engine).export_registrations(write))
+        async with asyncio.timeout(60):  # a bound for a regression, never reached when it works
+            await reached.wait()
+        for _ in range(50):  # every step the export could take past a writer it did not wait for
+            await asyncio.sleep(0)
+        assert (len(written), export.done()) == (10, False)
+        export.cancel()  # the client went away
+        with pytest.raises(asyncio.CancelledError):
+            await export
+        assert engine.pool.checkedout() == 0
+        held.set()
+        assert len(written) == 10
+        document = await RegistrationOperations(engine).export_registrations(lambda entry: written.append(entry))
+        assert document == {"exported": 50}
+    finally:
+        await engine.dispose()

@@ -4,7 +4,6 @@ confirmation page)."""
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import io
 from typing import Any
@@ -42,12 +41,11 @@ def register(bp: Blueprint, console: Console) -> None:
 
     @bp.post("/waitlist/export")
     async def export(request: Request) -> None:
-        """Every registration, oldest first, streamed as CSV while the database is read."""
-        rows: asyncio.Queue[list[Any] | None] = asyncio.Queue()
+        """Every registration, oldest first, streamed as CSV while the database is read.
 
-        def write(entry: dict[str, Any]) -> None:
-            rows.put_nowait([neutralise(entry[column]) for column in COLUMNS])
-
+        Each piece is sent before more rows are read: a client that reads slowly holds the reading
+        back, so the server never keeps more than a piece and the driver's batch in memory, and a
+        client that leaves ends the reading (its connection goes back to the pool)."""
         response = await request.respond(
             content_type="text/csv; charset=utf-8",
             headers={"Content-Disposition": 'attachment; filename="waitlist.csv"'},
@@ -55,16 +53,15 @@ def register(bp: Blueprint, console: Console) -> None:
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(COLUMNS)
-        # The export reads in batches and yields to this loop between them: rows go out as they come.
-        task = asyncio.ensure_future(console.registrations(request).export_registrations(write))
-        task.add_done_callback(lambda _: rows.put_nowait(None))
-        while (row := await rows.get()) is not None:
-            writer.writerow(row)
+
+        async def write(entry: dict[str, Any]) -> None:
+            writer.writerow([neutralise(entry[column]) for column in COLUMNS])
             if buffer.tell() >= CHUNK_BYTES:
                 await response.send(buffer.getvalue())
                 buffer.seek(0)
                 buffer.truncate()
-        task.result()
+
+        await console.registrations(request).export_registrations(write)
         await response.send(buffer.getvalue())
         await response.eof()
 
