@@ -79,3 +79,13 @@ def text(args: Mapping[str, str], name: str) -> str | None:
     if value is not None and (fault := text_fault(value)) is not None:
         raise invalid(name, TEXT_CODE, fault)
     return value
+
+
+def filter_text(args: Mapping[str, str], name: str) -> str | None:
+    """A filter's value as ``text`` reads it; a blank one (``?partner=``, ``--partner ''``) is
+    refused like ``?status=``: read as given it matches nothing, and an empty listing would say
+    that nothing matched a filter the client meant to leave out."""
+    value = text(args, name)
+    if value is not None and not value.strip():
+        raise invalid(name, "invalid", "Must not be blank; leave the parameter out to list every one.")
+    return value

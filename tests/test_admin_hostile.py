@@ -39,6 +39,9 @@ def test_a_page_parameter_of_thousands_of_digits_is_400(make_client: Any, path: 
         ("/admin/workers?debug=", "debug", "unknown_parameter"),
         ("/admin/deliveries?stauts=", "stauts", "unknown_parameter"),
         ("/admin/deliveries?status=", "status", "invalid"),
+        ("/admin/deliveries?partner=", "partner", "invalid"),
+        ("/admin/deliveries?partner", "partner", "invalid"),
+        ("/admin/deliveries?event=", "event", "invalid"),
         ("/admin/deliveries?limit=", "limit", "invalid"),
         ("/admin/deliveries?limit=5&limit=", "limit", "repeated"),
         ("/admin/waitlist?offset", "offset", "invalid"),
@@ -117,6 +120,30 @@ def test_an_unknown_body_member_is_an_unknown_field_on_every_route(
         [(name, "unknown_field") for name in unknown],
     )
     assert shown["liveSecrets"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "errors"),
+    [
+        ({"json": {"intent": "claim"}}, {}, 400, [("intent", "unknown_field")]),
+        ({"content": b"intent=claim"}, {"content-type": "text/plain"}, 415, []),
+    ],
+)
+def test_an_erasure_with_a_body_erases_nothing(
+    make_client: Any, body: dict[str, Any], headers: dict[str, str], status: int, errors: list[Any]
+) -> None:
+    """A body meant to narrow the erasure (one intent) is refused, and every registration of the
+    address stays; an empty JSON object erases as no body does."""
+    with make_client(**settings()) as client:
+        for intent in ("claim", "member"):
+            client.post("/api/waitlist", json={"email": "ada@example.com", "intent": intent})
+        answer = client.delete("/admin/waitlist?email=ada@example.com", headers={**AUTH, **headers}, **body)
+        kept = client.get("/admin/waitlist", headers=AUTH).json["entries"]
+        empty = client.delete("/admin/waitlist?email=ada@example.com", json={}, headers=AUTH)
+    refused = [(e["field"], e["code"]) for e in answer.json.get("errors", [])]
+    assert (answer.status, refused) == (status, errors)
+    assert sorted(entry["intent"] for entry in kept) == ["claim", "member"]
+    assert (empty.status, empty.json) == (200, {"erased": 2})
 
 
 def test_an_erasure_with_the_address_given_twice_erases_nothing(make_client: Any) -> None:

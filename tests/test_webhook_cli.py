@@ -91,6 +91,16 @@ def test_add_refuses_bad_input(env: dict[str, str], capsys: pytest.CaptureFixtur
     assert [(e["field"], e["code"]) for e in err["errors"]] == [("url", "insecure_scheme")]
 
 
+@pytest.mark.parametrize("option", ["--partner", "--event", "--status"])
+def test_deliveries_list_refuses_a_blank_filter(
+    env: dict[str, str], capsys: pytest.CaptureFixture[str], option: str
+) -> None:
+    """`--partner ''` is refused as `?partner=` is, not answered with an empty listing."""
+    code, out, err = run(capsys, "deliveries", "list", option, "")
+    assert (code, out) == (1, None)
+    assert [(e["field"], e["code"]) for e in err["errors"]] == [(option.removeprefix("--"), "invalid")]
+
+
 def test_events_publish_from_a_file_and_stdin(
     env: dict[str, str], capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

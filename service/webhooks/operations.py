@@ -27,7 +27,7 @@ from service.events import parse_event
 from service.exceptions import InvalidInput, StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
 from service.keyring import Keyring, UnreadableSecret, load_keyring
-from service.params import refuse_unknown, refuse_unknown_members, text, whole_number
+from service.params import filter_text, refuse_unknown, refuse_unknown_members, whole_number
 from service.settings import OVERLAP_SECONDS_MAX, Settings
 from service.states import REPLAYABLE, DeliveryStatus, PartnerStatus
 from service.text import text_fault
@@ -78,9 +78,9 @@ class DeliveryFilter:
             allowed = ", ".join(DeliveryStatus)
             raise invalid("status", "invalid", f"Must be one of: {allowed}.")
         return cls(
-            partner_id=text(args, "partner"),
+            partner_id=filter_text(args, "partner"),
             status=DeliveryStatus(status) if status is not None else None,
-            event_id=text(args, "event"),
+            event_id=filter_text(args, "event"),
             limit=whole_number(args, "limit", 100, 1, MAX_PAGE),
             offset=whole_number(args, "offset", 0, 0, 2**62),
         )
