@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from service import commands
-from service.db.engine import DatabaseUnusable, check_database, migrate
+from service.db.engine import DatabaseUnusable, check_database
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
 from service.registrations_ops import RegistrationOperations, neutralise
@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
     settings = serve_settings(settings, args.host, args.port)
-    migrate(settings.database_url)
+    commands.migrate_schema(settings.database_url)  # a schema newer than this release: one line, exit 2
     factory = partial(
         create_app,
         settings,
@@ -133,11 +133,11 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     # The key first: the schema is not moved by a deployment whose servers could not start.
     keyring = load_keyring(settings)
     check_database(settings.database_url)
-    migrate(settings.database_url)
-    print(f"database is at the latest schema: {_safe_url(settings.database_url)}")
+    commands.migrate_schema(settings.database_url)
+    print(f"database is at the latest schema: {_safe_url(settings.database_url)}", file=commands.STDOUT)
     sealed = asyncio.run(_seal(settings, keyring))
     if sealed:
-        print(f"encrypted {sealed} partner secrets stored in plaintext")
+        print(f"encrypted {sealed} partner secrets stored in plaintext", file=commands.STDOUT)
     return 0
 
 
@@ -159,17 +159,27 @@ def _safe_url(url: str) -> str:
 
 
 def cmd_waitlist_export(args: argparse.Namespace, settings: Settings) -> int:
-    writer = csv.writer(sys.stdout, lineterminator="\n") if args.format == "csv" else None
-    if writer is not None:
-        writer.writerow(COLUMNS)
+    writer = csv.writer(commands.STDOUT, lineterminator="\n") if args.format == "csv" else None
+    # The CSV header goes out with the first row (or alone, once an empty export is done), so an
+    # export the database refused leaves `> waitlist.csv` empty rather than a header that looks
+    # like an empty waitlist.
+    started = False
+
+    def start() -> None:
+        nonlocal started
+        if writer is not None and not started:
+            writer.writerow(COLUMNS)
+        started = True
 
     def write(entry: dict[str, Any]) -> None:
+        start()
         if writer is not None:
             writer.writerow([neutralise(entry[column]) for column in COLUMNS])
         else:
-            sys.stdout.write(json.dumps(entry, ensure_ascii=False) + "\n")
+            commands.STDOUT.write(json.dumps(entry, ensure_ascii=False) + "\n")
 
     def show(answer: dict[str, int]) -> None:
+        start()
         print(f"exported {answer['exported']} registrations", file=sys.stderr)
 
     return commands.run(
@@ -277,7 +287,12 @@ def entry() -> NoReturn:
     from service import logs
 
     logs.configure()
-    sys.exit(main())
+    try:
+        status = main()
+        commands.STDOUT.flush()  # what is still buffered, written where its failure is caught
+    except commands.OutputFailed as failed:
+        status = commands.output_failed(failed)
+    sys.exit(status)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,11 @@
 
 ``run`` migrates, opens the engine, acts for ``cli:`` and the operating-system user in the audit
 trail (``service.audit``), runs the operation and prints its JSON answer on stdout; a refusal is
-the admin API's error shape on stderr with exit status 1.
+the admin API's error shape on stderr with exit status 1, and a database that cannot do the work
+now (what the admin API answers 503) one line on stderr, exit status 1.
+
+Output goes through ``STDOUT``, so output that cannot be written (a closed pipe, a full disk) is
+told apart from a database that failed (``OutputFailed``).
 """
 
 from __future__ import annotations
@@ -13,15 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TextIO
 
+from alembic.script.revision import ResolutionError
+from alembic.util import CommandError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import audit
-from service.db.engine import check_database, create_engine, migrate
+from service.db.engine import DatabaseUnusable, check_database, create_engine, migrate
+from service.db.faults import unavailable
 from service.exceptions import DomainError
 from service.params import ascii_whole
 from service.settings import Settings
@@ -115,8 +123,88 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
     return number
 
 
-def print_json(document: Any, out: TextIO | None = None) -> None:
-    print(json.dumps(document, ensure_ascii=False, indent=2), file=out or sys.stdout)
+class OutputFailed(Exception):
+    """A command's output could not be written: its reader went away (``| head``) or its disk is
+    full. Raised in place of the ``OSError`` and not chained to it, so neither the audit trail nor
+    ``service.db.faults.unavailable`` takes it for the database failing."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(error.strerror or str(error))
+        self.closed_pipe = isinstance(error, BrokenPipeError)
+
+
+class Stdout:
+    """``sys.stdout`` (whatever it is when written to) for a command's output: a write or flush
+    that fails raises ``OutputFailed``."""
+
+    def write(self, text: str) -> int:
+        try:
+            return sys.stdout.write(text)
+        except OSError as error:
+            raise OutputFailed(error) from None
+
+    def flush(self) -> None:
+        try:
+            sys.stdout.flush()
+        except OSError as error:
+            raise OutputFailed(error) from None
+
+
+STDOUT = Stdout()
+
+
+def output_failed(failed: OutputFailed) -> int:
+    """Exit status 1 for output that could not be written: silently when the reader went away, as
+    a program killed by SIGPIPE would, else with one line (a full disk).
+
+    Python's recipe for a program that does not die of SIGPIPE (the ``signal`` module's "Note on
+    SIGPIPE"): stdout is pointed at ``os.devnull``, so the interpreter's own flush at exit, which
+    would fail again with a traceback and exit status 120, has nowhere to fail."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    if not failed.closed_pipe:
+        print(f"error: the output cannot be written ({failed})", file=sys.stderr)
+    return 1
+
+
+def print_json(document: Any, out: TextIO | Stdout | None = None) -> None:
+    print(json.dumps(document, ensure_ascii=False, indent=2), file=out or STDOUT)
+
+
+def migrate_schema(database_url: str) -> None:
+    """``migrate``, but a database at a schema revision this release does not know raises
+    ``DatabaseUnusable`` (one line, exit status 2).
+
+    A deployment rolled back after a newer release migrated the database finds it so; no release
+    can move it (this one cannot tell what the newer revision changed), and a server restarted
+    over and over would meet the same revision every time."""
+    try:
+        migrate(database_url)
+    except CommandError as error:
+        if not isinstance(error.__cause__, ResolutionError):
+            raise
+        revision = error.__cause__.argument
+        raise DatabaseUnusable(
+            f"the database is at schema revision {revision}, which this release does not know "
+            "(was it migrated by a newer release?)"
+        ) from None
+
+
+def _innermost(error: BaseException) -> BaseException:
+    """The driver's own error under SQLAlchemy's wrappers, whose words say what happened."""
+    seen = error
+    while (inner := getattr(seen, "orig", None) or seen.__cause__) is not None and inner is not seen:
+        seen = inner
+    return seen
+
+
+def storage_fault(error: BaseException) -> str:
+    """The one line for an error the database raised because it cannot do the work now (locked by
+    another writer past the busy timeout, unreachable, its disk full)."""
+    cause = _innermost(error)
+    reason = (str(cause).splitlines() or [type(cause).__name__])[0]
+    return f"error: the database cannot do this now ({reason}); try again shortly"
 
 
 def run(
@@ -125,9 +213,15 @@ def run(
     *,
     show: Callable[[Any], None] = print_json,
 ) -> int:
-    """Run ``work(engine)`` on a migrated database; ``show`` its answer, or print the refusal."""
+    """Run ``work(engine)`` on a migrated database; ``show`` its answer, or print why not.
+
+    Exit status 0 with the answer shown; 1 with the error shape on stderr when the operation
+    refused, or with one line when the database could not do the work now (the faults the admin
+    API answers 503: a lock held past the busy timeout, the database gone); ``DatabaseUnusable``
+    (exit status 2) when it cannot be used at all. Output that cannot be written raises
+    ``OutputFailed``, never taken for a database fault.
+    """
     check_database(settings.database_url)
-    migrate(settings.database_url)
 
     async def main() -> Any:
         audit.act_as(audit.command_actor())
@@ -138,9 +232,15 @@ def run(
             await engine.dispose()
 
     try:
+        migrate_schema(settings.database_url)
         answer = asyncio.run(main())
     except DomainError as error:
         print_json(error.body(), sys.stderr)
+        return 1
+    except Exception as error:
+        if not unavailable(error):
+            raise
+        print(storage_fault(error), file=sys.stderr)
         return 1
     show(answer)
     return 0

@@ -6,6 +6,7 @@ object is passed to ``create_app``; nothing in the service imports a global inst
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Annotated
@@ -14,8 +15,9 @@ from urllib.parse import urlsplit
 from limits import parse_many
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+from sqlalchemy.util import asbool
 
 from service.proxies import parse_networks
 
@@ -48,6 +50,67 @@ POSTGRES_QUERY = ("ssl", "sslmode", "password", "passfile", "target_session_attr
 _SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 _SESSION_ATTRS = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
 POSTGRES_CHOICES = {"ssl": _SSL_MODES, "sslmode": _SSL_MODES, "target_session_attrs": _SESSION_ATTRS}
+# What a SQLite URL's query may set: the connection options SQLAlchemy's SQLite driver reads from it,
+# each converted as the driver converts it (a value it cannot convert, ``timeout=abc``, stopped
+# every connection with a traceback), and, with ``uri=true``, SQLite's own URI parameters, which
+# SQLite reads from the file name. ``isolation_level`` is left out: the service begins and commits
+# its transactions itself, and autocommit would undo its group commits.
+_SQLITE_NUMBERS = ("timeout",)  # seconds, more than 0
+_SQLITE_SWITCHES = ("uri", "check_same_thread")  # true or false, as SQLAlchemy reads them
+_SQLITE_WHOLE = ("cached_statements", "detect_types")
+SQLITE_QUERY = (*_SQLITE_NUMBERS, *_SQLITE_SWITCHES, *_SQLITE_WHOLE)
+SQLITE_URI_QUERY = ("cache", "immutable", "mode", "nolock", "psow", "vfs")
+
+
+def _switch(text: str) -> bool | None:
+    """A true-or-false query value as SQLAlchemy reads it; None for anything else."""
+    try:
+        return bool(asbool(text))
+    except ValueError:
+        return None
+
+
+def _positive_number(text: str) -> bool:
+    try:
+        number = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(number) and number > 0
+
+
+def _sqlite_fault(url: URL) -> str | None:
+    """What makes a SQLite URL unusable, said without repeating it; None when it is usable."""
+    repeated = sorted(name for name, given in url.query.items() if not isinstance(given, str))
+    if repeated:  # the driver would be handed a list, and fail on it
+        return f"query parameter {', '.join(repeated)} is given more than once"
+    query = {name: str(given) for name, given in url.query.items()}
+    uri = _switch(query.get("uri", "false"))
+    database = url.database or ""
+    in_memory = database in ("", ":memory:") or (
+        bool(uri) and (database.startswith("file::memory:") or query.get("mode") == "memory")
+    )
+    if in_memory:
+        # Every connection of the pool would open a database of its own, empty: the schema the
+        # start migrated would be gone by the first request.
+        return (
+            "a SQLite database in memory is not kept between connections; name a file, "
+            "sqlite:///relative/path.db or sqlite:////absolute/path.db"
+        )
+    accepted = SQLITE_QUERY + (SQLITE_URI_QUERY if uri else ())
+    unknown = sorted(set(query) - set(accepted))
+    if unknown:
+        return (
+            f"unknown query parameter {', '.join(unknown)} (accepted: {', '.join(SQLITE_QUERY)}; "
+            f"with uri=true also {', '.join(SQLITE_URI_QUERY)})"
+        )
+    for name, text in query.items():
+        if name in _SQLITE_NUMBERS and not _positive_number(text):
+            return f"{name} must be a number of seconds greater than 0"
+        if name in _SQLITE_SWITCHES and _switch(text) is None:
+            return f"{name} must be true or false"
+        if name in _SQLITE_WHOLE and not (text.isascii() and text.isdigit()):
+            return f"{name} must be a whole number"
+    return None
 
 
 # The public base URL: scheme, host (a name, an IPv4 or a bracketed IPv6 address), port and path,
@@ -281,6 +344,8 @@ class Settings(BaseSettings):
             )
         if url.get_backend_name() == "postgresql" and not url.database:
             raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
+        if url.get_backend_name() == "sqlite" and (fault := _sqlite_fault(url)) is not None:
+            raise ValueError(f"SERVICE_DATABASE_URL: {fault}")
         return value
 
     @field_validator("admin_token")

@@ -1,19 +1,31 @@
-"""`python -m service`: what serve tells the operator before it starts, and every help screen."""
+"""`python -m service`: what serve tells the operator before it starts, every help screen, and how a
+command ends when the database or its output fails it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
+import os
 import re
+import sqlite3
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-from processes import free_port, start_server, stop
+from processes import ROOT, free_port, start_server, stop
+from sqlalchemy.engine import make_url
 
 from service import commands
 from service.cli import main, serve_settings, serve_warnings
+from service.db import engine
+from service.db.registrations import email_key
 from service.settings import Settings
+from service.webhooks import partners
 
 EVERY_INTERFACE = "0.0.0.0"  # noqa: S104 - an argument under test, nothing binds to it
 
@@ -186,3 +198,113 @@ def test_serve_on_another_port_links_to_that_port(monkeypatch: pytest.MonkeyPatc
     assert all(link.startswith(base + "/") for link in index["links"].values()), index["links"]
     assert catalog["publicApi"] == f"{base}/api/v1"
     assert all(entry["schemaUrl"].startswith(base + "/") for entry in catalog["events"])
+
+
+STAMP = "2026-06-29 12:00:00.000000"
+NO_SPACE = "error: the output cannot be written (No space left on device)"
+
+
+def _register(url: str, count: int) -> None:
+    """``count`` registrations written straight into the file (no command adds any)."""
+    rows = [(f"u{n}@example.com", email_key(f"u{n}@example.com"), STAMP, STAMP) for n in range(count)]
+    with contextlib.closing(sqlite3.connect(str(make_url(url).database))) as conn, conn:
+        conn.executemany(
+            "INSERT INTO registrations (email, email_key, intent, created_at, updated_at) "
+            "VALUES (?, ?, 'claim', ?, ?)",
+            rows,
+        )
+
+
+def _audit_lines(stderr: str) -> list[dict[str, Any]]:
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [line for line in lines if line["logger"] == "service.audit"]
+
+
+def test_a_database_locked_past_the_busy_timeout_is_one_line_and_exit_1(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Another process holding the write lock past the busy timeout: one line, exit status 1, the
+    registration kept, and the audit line says 503 as the admin API would answer."""
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 50)
+    caplog.set_level(logging.INFO, logger="service.audit")
+    _register(sqlite_url, 1)
+    path = str(make_url(sqlite_url).database)
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("BEGIN IMMEDIATE")
+        code = main(["waitlist", "erase", "--email", "u0@example.com"])
+        holder.execute("ROLLBACK")
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        "error: the database cannot do this now (database is locked); try again shortly"
+    ]
+    audited = [record for record in caplog.records if record.name == "service.audit"]
+    assert [getattr(record, "status", None) for record in audited] == [503]
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT count(*) FROM registrations").fetchone() == (1,)
+
+
+def test_a_database_gone_in_the_middle_of_a_command_is_one_line_and_exit_1(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The connection refused once the command is under way (PostgreSQL restarting, say)."""
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+
+    async def refused(*_: object, **__: object) -> None:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(partners, "list_partners", refused)
+    assert main(["partners", "list"]) == 1
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == (
+        "",
+        ["error: the database cannot do this now ([Errno 111] Connection refused); try again shortly"],
+    )
+
+
+def _command(url: str, *argv: str, **options: Any) -> subprocess.Popen[bytes]:
+    env = {name: value for name, value in os.environ.items() if not name.startswith("SERVICE_")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "service", *argv],
+        cwd=ROOT,
+        env={**env, "SERVICE_DATABASE_URL": url},
+        stderr=subprocess.PIPE,
+        **options,
+    )
+
+
+def test_output_to_a_reader_that_went_away_ends_quietly_with_exit_1(sqlite_url: str) -> None:
+    """`waitlist export | head -2`: the export stops with exit status 1 and no traceback, and the
+    audit line does not take the closed pipe for the database failing (503)."""
+    _register(sqlite_url, 5000)  # far more than a pipe holds: the export is still writing
+    command = _command(sqlite_url, "waitlist", "export", stdout=subprocess.PIPE)
+    assert command.stdout is not None and command.stderr is not None
+    first = [command.stdout.readline() for _ in range(2)]
+    command.stdout.close()
+    err = command.stderr.read().decode()
+    assert command.wait(timeout=60) == 1
+    assert first[0].startswith(b"email,intent,")
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert [line for line in err.splitlines() if not line.startswith("{")] == []
+    [line] = _audit_lines(err)
+    assert line["outcome"] == "error" and line.get("status") != 503
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full to write to")
+@pytest.mark.parametrize(
+    "argv", [["workers"], ["waitlist", "export"], ["waitlist", "export", "--format", "jsonl"]]
+)
+def test_output_to_a_full_disk_is_one_line_and_exit_1(sqlite_url: str, argv: list[str]) -> None:
+    """`> /dev/full`: one line saying the output cannot be written, exit status 1, no traceback, and
+    no storage fault in the audit line."""
+    _register(sqlite_url, 3)
+    with Path("/dev/full").open("wb") as full:
+        command = _command(sqlite_url, *argv, stdout=full)
+        _, err_bytes = command.communicate(timeout=60)
+    err = err_bytes.decode()
+    assert command.returncode == 1
+    assert "Traceback" not in err and "Exception ignored" not in err
+    assert [line for line in err.splitlines() if not line.startswith("{")] == [NO_SPACE]
+    assert all(line.get("status") != 503 for line in _audit_lines(err))

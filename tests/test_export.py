@@ -7,6 +7,7 @@ import io
 import json
 
 import pytest
+from processes import free_port
 
 from service.cli import main, neutralise
 
@@ -66,3 +67,19 @@ def test_jsonl_export_keeps_values_exact(make_client, database_url, monkeypatch,
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [{k: line[k] for k in ("email", "intent", "project", "message")} for line in lines] == ROWS
     assert all(line["createdAt"].endswith("Z") for line in lines)
+
+
+def test_an_empty_export_is_the_header_alone(sqlite_url, monkeypatch, capsys):
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+    assert main(["waitlist", "export"]) == 0
+    assert capsys.readouterr().out == "email,intent,project,message,createdAt,updatedAt\n"
+
+
+def test_an_export_the_database_refused_writes_nothing(monkeypatch, capsys):
+    """`export > waitlist.csv` with the database unreachable leaves the file empty, not a header
+    that reads as an empty waitlist."""
+    monkeypatch.setenv("SERVICE_DATABASE_URL", f"postgresql://postgres@127.0.0.1:{free_port()}/test")
+    assert main(["waitlist", "export"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "cannot be reached" in err

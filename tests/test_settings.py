@@ -143,3 +143,42 @@ def test_a_base_url_the_documents_could_not_hold_stops_the_start(url):
 )
 def test_a_plain_base_url_is_taken(url):
     assert Settings(base_url=url + "/").base_url == url
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("sqlite://", "a SQLite database in memory is not kept between connections"),
+        ("sqlite:///", "a SQLite database in memory is not kept between connections"),
+        ("sqlite:///:memory:", "a SQLite database in memory is not kept between connections"),
+        ("sqlite:///file::memory:?uri=true", "a SQLite database in memory is not kept between connections"),
+        ("sqlite:///file:shared?mode=memory&cache=shared&uri=true", "in memory is not kept"),
+        ("sqlite:///var/service.db?timeout=abc", "timeout must be a number of seconds greater than 0"),
+        ("sqlite:///var/service.db?timeout=0", "timeout must be a number of seconds greater than 0"),
+        ("sqlite:///var/service.db?timeout=nan", "timeout must be a number of seconds greater than 0"),
+        ("sqlite:///var/service.db?timeout=5&timeout=6", "query parameter timeout is given more than once"),
+        ("sqlite:///var/service.db?uri=maybe", "uri must be true or false"),
+        ("sqlite:///var/service.db?cached_statements=-1", "cached_statements must be a whole number"),
+        ("sqlite:///var/service.db?isolation_level=AUTOCOMMIT", "unknown query parameter isolation_level"),
+        ("sqlite:///var/service.db?mode=ro", "unknown query parameter mode"),  # SQLite's own: with uri=true
+    ],
+)
+def test_a_sqlite_url_no_connection_could_use_stops_the_start(url, reason):
+    """An in-memory database loses the migrated schema between connections, and a query value the
+    driver cannot convert failed every connection with a traceback: both are refused at start."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(database_url=url)
+    assert reason in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///var/service.db",
+        "sqlite:////var/lib/service/service.db?timeout=30",
+        "sqlite:///var/service.db?timeout=2.5&check_same_thread=false&cached_statements=64&detect_types=0",
+        "sqlite:///file:var/service.db?uri=true&mode=rwc&cache=private",
+    ],
+)
+def test_a_sqlite_file_with_options_its_driver_reads_is_taken(url):
+    assert Settings(database_url=url).database_url == url

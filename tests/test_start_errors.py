@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import subprocess
 import sys
 import uuid
@@ -63,6 +65,12 @@ class Case:
             }
         if self.name == "sqlite-with-a-host":  # two slashes: "x" would be read as a host
             return {"SERVICE_DATABASE_URL": "sqlite://x/service.db"}
+        if self.name == "sqlite-in-memory":  # each connection would open an empty database
+            return {"SERVICE_DATABASE_URL": "sqlite:///:memory:"}
+        if self.name == "sqlite-without-a-file":  # SQLAlchemy reads it as :memory:
+            return {"SERVICE_DATABASE_URL": "sqlite://"}
+        if self.name == "sqlite-bad-timeout":  # the driver would fail to convert it, a traceback
+            return {"SERVICE_DATABASE_URL": "sqlite:////dev/null/service.db?timeout=abc"}
         if self.name == "malformed-redis-url":
             redis = f"redis://:{PASSWORD}@127.0.0.1:port"
             return {"SERVICE_DATABASE_URL": closed, "SERVICE_RATE_LIMIT_STORAGE": redis, **key}
@@ -83,6 +91,9 @@ CASES = [
     Case("bad-session-attrs", False, "target_session_attrs must be one of any, primary, standby"),
     Case("unverifiable-ssl", False, 'cannot be made as configured: root certificate file "/nonexistent/.postgresql'),
     Case("sqlite-with-a-host", False, "a SQLite URL names a file, sqlite:///relative/path.db"),
+    Case("sqlite-in-memory", False, "a SQLite database in memory is not kept between connections"),
+    Case("sqlite-without-a-file", False, "a SQLite database in memory is not kept between connections"),
+    Case("sqlite-bad-timeout", False, "timeout must be a number of seconds greater than 0"),
     Case("malformed-redis-url", False, "SERVICE_RATE_LIMIT_STORAGE: its host or port cannot be read"),
     Case("missing-key", False, "SERVICE_SECRETS_KEY is not set"),
     Case("malformed-key", False, "SERVICE_SECRETS_KEY key 1 is not a Fernet key"),
@@ -170,6 +181,52 @@ def test_serve_refuses_what_only_it_reads_in_one_line(
     assert (out, err.splitlines()) == ("", [f"configuration error: {err.removeprefix('configuration error: ').strip()}"])
     assert expected in err and "Traceback" not in err
     assert not database.exists()
+
+
+NEWER_SCHEMA = (
+    "error: the database is at schema revision 9999_future, which this release does not know "
+    "(was it migrated by a newer release?)"
+)
+
+
+def _migrated_by_a_newer_release(url: str) -> None:
+    with contextlib.closing(sqlite3.connect(str(make_url(url).database))) as conn, conn:
+        conn.execute("UPDATE alembic_version SET version_num = '9999_future'")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["migrate"], ["workers"], ["waitlist", "erase", "--email", "ada@example.com"], ["partners", "list"]],
+)
+def test_a_schema_newer_than_this_release_stops_every_command_in_one_line(
+    command: list[str], sqlite_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rollback after a newer release migrated the database: exit 2, one line naming the
+    revision, nothing done."""
+    _migrated_by_a_newer_release(sqlite_url)
+    monkeypatch.setenv("SERVICE_DATABASE_URL", sqlite_url)
+    assert main(command) == 2
+    out, err = capsys.readouterr()
+    assert (out, err.splitlines()) == ("", [NEWER_SCHEMA])
+
+
+@pytest.mark.parametrize("command", [["serve", "--port", "0"], ["worker", "--port", "0"]], ids=lambda c: c[0])
+def test_a_schema_newer_than_this_release_stops_the_servers_for_good(
+    command: list[str], sqlite_url: str
+) -> None:
+    """serve and worker exit 2, which their systemd units do not restart (RestartPreventExitStatus)."""
+    _migrated_by_a_newer_release(sqlite_url)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVICE_", "SANIC_"))}
+    result = subprocess.run(
+        [sys.executable, "-m", "service", *command],
+        cwd=ROOT,
+        env={**env, "SERVICE_DATABASE_URL": sqlite_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout, result.stderr.splitlines()) == (2, "", [NEWER_SCHEMA])
 
 
 def test_an_unreachable_redis_is_not_a_start_error(tmp_path: Path) -> None:

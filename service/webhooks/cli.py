@@ -251,12 +251,12 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
-    from service.db.engine import check_database, migrate
+    from service.db.engine import check_database
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     logs.configure()  # JSON lines on stderr, like serve
-    migrate(settings.database_url)
+    commands.migrate_schema(settings.database_url)  # a schema newer than this release: one line, exit 2
     return eventloop.run(_work(settings, args))  # serve's loop: uvloop where installed
 
 
