@@ -136,6 +136,7 @@ def pages(rows: int) -> list[tuple[str, str]]:
         ("deliveries, deep page", f"/console/deliveries?after={quote(delivery_key)}"),
         ("deliveries of a partner", "/console/deliveries?partner=ptn_bench_03"),
         ("deliveries failed", "/console/deliveries?status=failed"),
+        ("deliveries cancelled (none are)", "/console/deliveries?status=cancelled"),
         ("delivery", f"/console/deliveries/dlv_bench_{middle:08d}"),
         ("publish", "/console/events/new"),
         ("waitlist", "/console/waitlist"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, p
 from service.cli import main
 from service.clock import ManualClock
 from service.db.engine import create_engine
+from service.db.summaries import deliveries_query
 from service.db.tables import partners
 from service.events import parse_event
 from service.metrics import NAME_LABEL_MAX, Metrics, name_label
@@ -365,4 +367,25 @@ async def test_the_failed_count_reads_its_partial_index(database_url: str) -> No
                 plan = [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
     finally:
         await engine.dispose()
-    assert any("ix_deliveries_failed" in line for line in plan), plan
+    # That index by name: not ix_deliveries_failed_created, the console's, in creation order.
+    assert any(re.search(r"\bix_deliveries_failed\b(?!_)", line) for line in plan), plan
+
+
+@pytest.mark.parametrize("status", ["failed", "cancelled"])
+async def test_the_console_filter_for_a_rare_status_reads_its_partial_index(database_url: str, status: str) -> None:
+    """The console's deliveries page filtered to failed or cancelled reads the few such rows in
+    creation order from their partial index, never walking the delivered history, on both
+    databases (migration 0015)."""
+    engine = create_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            query = deliveries_query(partner_id=None, status=status, event_id=None, after=None, limit=51)
+            statement = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+            if database_url.startswith("sqlite"):
+                plan = [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
+            else:
+                await conn.execute(sql("SET LOCAL enable_seqscan = off"))
+                plan = [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
+    finally:
+        await engine.dispose()
+    assert any(f"ix_deliveries_{status}_created" in line for line in plan), plan

@@ -209,6 +209,24 @@ Index("ix_deliveries_batch_id", deliveries.c.batch_id, sqlite_where=BATCHED, pos
 # (service_webhook_failed_deliveries) and requeued by an admin retry (migration 0009).
 FAILED = text("status = 'failed'")
 Index("ix_deliveries_failed", deliveries.c.partner_id, sqlite_where=FAILED, postgresql_where=FAILED)
+# The console's status filter for the statuses that are few beside the delivered history, newest
+# first; a row enters one only when it reaches that status, never on a claim or a settle that
+# delivers (migration 0015).
+CANCELLED = text("status = 'cancelled'")
+Index(
+    "ix_deliveries_failed_created",
+    deliveries.c.created_at,
+    deliveries.c.id,
+    sqlite_where=FAILED,
+    postgresql_where=FAILED,
+)
+Index(
+    "ix_deliveries_cancelled_created",
+    deliveries.c.created_at,
+    deliveries.c.id,
+    sqlite_where=CANCELLED,
+    postgresql_where=CANCELLED,
+)
 
 delivery_attempts = Table(
     "delivery_attempts",
