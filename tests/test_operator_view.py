@@ -352,19 +352,23 @@ async def test_the_worker_says_not_ready_while_its_turns_fail(database_url: str,
     assert seen == [(200, {(): 1.0}), (503, {(): 0.0})]
 
 
+async def query_plan(conn: Any, query: Any) -> list[str]:
+    """The lines of the database's plan for ``query``, its values written in."""
+    statement = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
+    if conn.dialect.name == "sqlite":
+        return [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
+    # An empty test table is cheapest to read whole; forbid that to see the index path.
+    await conn.execute(sql("SET LOCAL enable_seqscan = off"))
+    return [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
+
+
 async def test_the_failed_count_reads_its_partial_index(database_url: str) -> None:
     """Each scrape counts failed deliveries from ix_deliveries_failed (only failed rows), never by
     walking every delivery, on both databases."""
     engine = create_engine(database_url)
     try:
         async with engine.connect() as conn:
-            statement = str(FAILED_COUNT.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-            if database_url.startswith("sqlite"):
-                plan = [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
-            else:
-                # An empty test table is cheapest to read whole; forbid that to see the index path.
-                await conn.execute(sql("SET LOCAL enable_seqscan = off"))
-                plan = [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
+            plan = await query_plan(conn, FAILED_COUNT)
     finally:
         await engine.dispose()
     # That index by name: not ix_deliveries_failed_created, the console's, in creation order.
@@ -380,12 +384,7 @@ async def test_the_console_filter_for_a_rare_status_reads_its_partial_index(data
     try:
         async with engine.connect() as conn:
             query = deliveries_query(partner_id=None, status=status, event_id=None, after=None, limit=51)
-            statement = str(query.compile(dialect=conn.dialect, compile_kwargs={"literal_binds": True}))
-            if database_url.startswith("sqlite"):
-                plan = [row[-1] for row in await conn.execute(sql(f"EXPLAIN QUERY PLAN {statement}"))]
-            else:
-                await conn.execute(sql("SET LOCAL enable_seqscan = off"))
-                plan = [row[0] for row in await conn.execute(sql(f"EXPLAIN {statement}"))]
+            plan = await query_plan(conn, query)
     finally:
         await engine.dispose()
     assert any(f"ix_deliveries_{status}_created" in line for line in plan), plan
