@@ -75,6 +75,41 @@ def test_erasure_removes_every_intent_of_the_address_and_nothing_else(
     assert captured.err.strip() == "exported 2 registrations"
 
 
+def test_an_address_stored_under_older_rules_is_erased_all_the_same(
+    make_client: Any, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Right to erasure holds for rows an older release stored with addresses today's rules refuse
+    (two dots in a row, a single-label domain): they are erased, by the admin API and by the
+    command. The same addresses with nothing stored are still refused as typos."""
+    legacy = ["Ada..Lovelace@Example.com", "ada@localhost"]
+    asyncio.run(_store_directly(database_url, legacy))
+    with make_client(database_url=database_url, admin_token=TOKEN) as client:
+        _register(client)
+        first = _erase(client, "?email=ada..lovelace@example.com")
+        assert (first.status_code, first.json) == (200, {"erased": 1})
+        again = _erase(client, "?email=ada..lovelace@example.com")
+        assert (again.status_code, again.json["errors"][0]["code"]) == (400, "invalid_email")
+    monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
+    assert main(["waitlist", "erase", "--email", "ADA@localhost"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"erased": 1}
+    assert main(["waitlist", "erase", "--email", "ADA@localhost"]) == 1
+
+
+async def _store_directly(database_url: str, addresses: list[str]) -> None:
+    """Rows as an older release wrote them, past today's address rules."""
+    engine = create_engine(database_url)
+    moment = ManualClock()()
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(
+                insert(tables.registrations),
+                [{"email": address, "email_key": email_key(address), "intent": "member",
+                  "created_at": moment, "updated_at": moment} for address in addresses],
+            )  # fmt: skip
+    finally:
+        await engine.dispose()
+
+
 def test_the_erase_command(
     make_client: Any, database_url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
