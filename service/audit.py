@@ -16,7 +16,8 @@ Each call writes one INFO line on the ``service.audit`` logger, for example::
   operation whose answer names its resource otherwise, or counts what it did, says so with
   ``reports``: a replay's ``requeued``); an operation that learns what it acts on only by reading a
   body (a replay's filter) says so with ``note`` once the body is read and checked;
-- the outcome: ``ok``, or ``error`` with the ``status`` the admin API answers for it.
+- the outcome: ``ok``, ``error`` with the ``status`` the admin API answers for it, or
+  ``cancelled`` when the call was cancelled part way (its client went away).
 
 Nothing else of the input or the answer is written, so no secret ever is. An operation that calls
 another is one action: only the outermost call is logged. ``unaudited`` marks the few methods that
@@ -25,6 +26,7 @@ are not an operator's action (the metrics scrape reads queue statistics every fe
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import getpass
 import inspect
@@ -134,6 +136,12 @@ def audit(method: F) -> F:
             answer = await method(*args, **kwargs)
         except Exception as error:
             line.update(outcome="error", status=_status(error))
+            log.info("admin action", extra=line)
+            raise
+        except asyncio.CancelledError:
+            # The client went away, or the server is stopping, mid-operation: what it committed
+            # before stays (an erasure may be done), so the action is on the trail all the same.
+            line["outcome"] = "cancelled"
             log.info("admin action", extra=line)
             raise
         finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import getpass
 import inspect
 import json
@@ -203,6 +204,31 @@ async def test_a_failed_operation_logs_the_status_its_client_is_answered(
         await Example().act("ptn_1")
     [line] = audit_lines(audit_log)
     assert (line["outcome"], line["status"]) == ("error", status)
+
+
+async def test_an_operation_cancelled_part_way_is_on_the_trail(audit_log: pytest.LogCaptureFixture) -> None:
+    """A client that goes away mid-operation cancels it (Sanic cancels the handler): what it had
+    committed stays, so the trail says it ran and was cut short, never nothing."""
+    started = asyncio.Event()
+
+    @audit.audited
+    class Example:
+        async def erase_registrations(self, email: str) -> None:
+            started.set()
+            await asyncio.Event().wait()  # the commit the client did not wait for
+
+    call = asyncio.ensure_future(Example().erase_registrations("ada@example.com"))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    [line] = audit_lines(audit_log)
+    assert {key: line.get(key) for key in ("operation", "registration", "outcome", "status")} == {
+        "operation": "erase_registrations",
+        "registration": "a***@example.com",
+        "outcome": "cancelled",
+        "status": None,
+    }
 
 
 @pytest.mark.parametrize("operations", [Operations, RegistrationOperations])
