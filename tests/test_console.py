@@ -150,6 +150,29 @@ def test_a_session_from_before_the_token_changed_is_refused(make_client: Any) ->
     assert (response.status_code, response.headers["location"]) == (303, "/console/login?next=%2Fconsole")
 
 
+def test_a_form_sent_after_the_session_ended_says_so_and_leads_back_through_sign_in(
+    make_client: Any, clock: Any
+) -> None:
+    """A form filled in over lunch and sent nine hours after signing in: nothing changes, and the
+    page says the session ended (not that the form was forged), with a sign-in link that returns
+    to the form's page. A form from another origin is still the forged-form 403."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies = _session(_sign_in(client))
+        token = _csrf(client.get("/console/partners/new", cookies=cookies).text)
+        clock.advance(9 * 3600)
+        form = {"name": "Made", "url": "http://127.0.0.1:9/hook", "csrf": token}
+        referer = {**ORIGIN, "referer": f"{BASE}/console/partners/new"}
+        late = client.post("/console/partners", data=form, headers=referer, cookies=cookies)
+        forged = client.post("/console/partners", data=form, headers={"origin": "http://evil.example"}, cookies=cookies)
+        listed = client.get("/admin/partners", headers={"authorization": f"Bearer {TOKEN}"}).json["partners"]
+    assert late.status_code == 403
+    assert "Your console session has ended, so nothing was changed." in late.text
+    assert 'href="/console/login?next=%2Fconsole%2Fpartners%2Fnew">Sign in</a>' in late.text
+    assert forged.status_code == 403
+    assert "did not come from a console page" in forged.text
+    assert listed == []
+
+
 @pytest.mark.parametrize("referer", ["http://[", "http://[::1/console", "http://[fe80::1%zz]/x"])
 def test_signing_in_from_a_referer_that_is_no_url_is_403(make_client: Any, referer: str) -> None:
     with make_client(admin_token=TOKEN) as client:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader
 from sanic import Blueprint, HTTPResponse, Request
@@ -24,7 +24,7 @@ from service import audit
 from service.admin import FailedAttempts, Unrouted
 from service.clock import Clock, format_timestamp
 from service.console import charts
-from service.console.session import PATH, Session, Sessions, csrf_matches, same_origin
+from service.console.session import PATH, Session, Sessions, csrf_matches, safe_next, same_origin
 from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
 from service.params import query_pairs
@@ -195,6 +195,8 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         if request.method in ("GET", "HEAD"):
             target = request.path + (f"?{request.query_string}" if request.query_string else "")
             return redirect(link(PATH + "/login", {"next": target}), status=303)
+        if same_origin(request, console.settings.base_url):
+            return signed_out(console, request)  # a form of ours, sent after its session ended
         return forbidden(console, request)
     request.ctx.console_session = session
     if request.method in ("GET", "HEAD") or not forms:
@@ -277,6 +279,31 @@ def too_large(console: Console, request: Request) -> HTTPResponse:
         errors=[],
         back=PATH,
     )
+
+
+def signed_out(console: Console, request: Request) -> HTTPResponse:
+    """A console form sent after its session ended (8 hours on, or signed out in another tab): said
+    so, with the way back to the page it came from through sign-in, rather than taken for a
+    forged form."""
+    return console.render(
+        request,
+        "message.html",
+        status=403,
+        title="Signed out",
+        message="Your console session has ended, so nothing was changed. Sign in, then send the form again.",
+        errors=[],
+        back=link(PATH + "/login", {"next": safe_next(_referring_path(request))}),
+        back_label="Sign in",
+    )
+
+
+def _referring_path(request: Request) -> str | None:
+    """The path of the page the request came from (``Referer``), if it names one."""
+    referer = request.headers.get("referer")
+    try:
+        return urlsplit(referer).path if isinstance(referer, str) else None
+    except ValueError:  # not a URL ("http://["): no page to go back to
+        return None
 
 
 def forbidden(console: Console, request: Request) -> HTTPResponse:
