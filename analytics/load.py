@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pandas as pd
-from sqlalchemy import DateTime, Select, select, type_coerce
+from sqlalchemy import DateTime, Select, func, select, type_coerce
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
@@ -158,7 +158,7 @@ def load_deliveries(source: Source = None) -> pd.DataFrame:
     def convert(frame: pd.DataFrame) -> pd.DataFrame:
         return _typed(frame, DELIVERY_COLUMNS)
 
-    return _fetch(database_url(source), stmt, convert)
+    return _distinct_names(_fetch(database_url(source), stmt, convert), source, "partner_name", "partner_id")
 
 
 def load_delivery_batches(source: Source = None) -> pd.DataFrame:
@@ -188,7 +188,7 @@ def load_partners(source: Source = None) -> pd.DataFrame:
         frame["events"] = frame["events"].map(lambda kinds: ",".join(json.loads(kinds)), na_action="ignore")
         return _typed(frame, PARTNER_COLUMNS)
 
-    return _fetch(database_url(source), stmt, convert)
+    return _distinct_names(_fetch(database_url(source), stmt, convert), source, "name", "id")
 
 
 def load_attempts(source: Source = None) -> pd.DataFrame:
@@ -218,7 +218,7 @@ def load_attempts(source: Source = None) -> pd.DataFrame:
         frame["response_excerpt"] = _redact(frame["response_excerpt"])
         return _typed(frame, ATTEMPT_COLUMNS)
 
-    return _fetch(database_url(source), stmt, convert)
+    return _distinct_names(_fetch(database_url(source), stmt, convert), source, "partner_name", "partner_id")
 
 
 def _naive_utc(column: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -228,6 +228,20 @@ def _naive_utc(column: ColumnElement[Any]) -> ColumnElement[Any]:
     to each row instead costs a Python call per value, a third of the load time at a million rows.
     """
     return type_coerce(column, DateTime()).label(column.key)
+
+
+def _distinct_names(frame: pd.DataFrame, source: Source, name: str, partner_id: str) -> pd.DataFrame:
+    """``frame`` with a partner's name followed by its id where another partner has the same name
+    (``Acme (ptn_01J...)``): the tables group by name, and two partners named alike (one removed,
+    one added again under its name) would otherwise read as one."""
+    p = tables.partners
+    shared = select(p.c.name).group_by(p.c.name).having(func.count() > 1)
+    names = set(_fetch(database_url(source), shared, lambda rows: rows)["name"])
+    if not names:
+        return frame
+    twins = frame[name].isin(names)
+    frame.loc[twins, name] = frame.loc[twins, name] + " (" + frame.loc[twins, partner_id] + ")"
+    return frame
 
 
 def _fetch(url: URL, stmt: Select[Any], convert: Convert) -> pd.DataFrame:

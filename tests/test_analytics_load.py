@@ -432,3 +432,27 @@ def test_event_times_load_in_any_year_the_service_accepts(tmp_path: Path, year: 
     assert list(occurred) == [pd.Timestamp(moment)] * len(occurred)
     assert len(occurred) >= 1
     assert str(frame["occurred_at"].dtype) == UTC_TIME
+
+
+def test_partners_of_one_name_are_told_apart_by_their_ids(tmp_path: Path) -> None:
+    """A partner removed and another added under its name: the frames name each with its id after
+    the name, so tables grouped by name show two partners, not one with both histories; a name
+    no other partner has stays as it is."""
+    path = build_database(tmp_path / "twins.db")
+    engine = create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.execute(tables.partners.update().where(tables.partners.c.id == "p2").values(name="Acme"))
+    engine.dispose()
+    partners = load.load_partners(path)
+    assert sorted(partners["name"]) == ["Acme (p1)", "Acme (p2)"]
+    deliveries = load.load_deliveries(path)
+    attempts = load.load_attempts(path)
+    for frame in (deliveries, attempts):
+        named = frame.dropna(subset=["partner_name"])
+        assert set(zip(named["partner_id"], named["partner_name"], strict=True)) <= {
+            ("p1", "Acme (p1)"),
+            ("p2", "Acme (p2)"),
+        }
+        assert named["partner_name"].nunique() == named["partner_id"].nunique()
+    alone = load.load_partners(build_database(tmp_path / "apart.db"))
+    assert sorted(alone["name"]) == ["Acme", "Beta"]
