@@ -134,3 +134,16 @@ def test_a_sign_in_field_given_twice_is_refused(make_client: Any, fields: dict[s
     assert answers[0].headers["content-type"].startswith("text/html")
     assert all("console_session" not in answer.cookies for answer in answers)
     assert wrong.status_code == 401
+
+
+def test_a_sign_in_form_larger_than_the_limit_is_the_too_large_page(make_client: Any) -> None:
+    """A sign-in form over the 64 KiB limit is the console's "too large" page, as every other
+    console form is, not the JSON answer of the API routes; nobody is signed in."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.post(
+            "/console/login", data={"token": TOKEN, "next": "/console/" + "x" * 70_000}, headers=ORIGIN
+        )
+    assert response.status_code == 413
+    assert response.headers["content-type"].startswith("text/html")
+    assert "larger than the service accepts" in response.text
+    assert "console_session" not in response.cookies

@@ -189,7 +189,8 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
     route read its body) and changes nothing, so its size, origin and CSRF token mean nothing."""
     audit.act_as(f"console:{client_address(request)}")
     if request.path.startswith(OPEN_PATHS):
-        return None
+        # The sign-in form too gets the page, not the JSON every other route answers a body with.
+        return too_large(console, request) if forms and _too_large(request) else None
     session = console.sessions.read(request)
     if session is None:
         if request.method in ("GET", "HEAD"):
