@@ -242,6 +242,21 @@ def test_overlap_zero_ends_every_old_secret_now(make_client: Any, database_url: 
         assert client.run(_stored_secrets(client)) == 1
 
 
+@pytest.mark.parametrize("body", [b"", b" \n\t "])
+def test_a_rotation_without_a_body_takes_the_default_overlap(make_client: Any, body: bytes) -> None:
+    """No body, or only white space (as the routes that take no body read it), rotates with the
+    default overlap; white space was refused as an empty JSON body."""
+    with Receiver() as receiver, make_client(**settings()) as client:
+        partner = onboard(client, receiver.url())
+        answer = client.post(
+            f"/admin/partners/{partner['id']}/rotate-secret",
+            content=body,
+            headers={**AUTH, "content-type": "application/json"},
+        )
+    assert answer.status == 200
+    assert answer.json["liveSecrets"] == 2
+
+
 async def _stored_secrets(client: Any) -> int:
     from sqlalchemy import func, select
 

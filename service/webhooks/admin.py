@@ -64,8 +64,9 @@ def create_blueprint() -> Blueprint:
 
     @bp.post("/partners/<partner_id:str>/rotate-secret")
     async def rotate(request: Request, partner_id: str) -> HTTPResponse:
-        # The body is optional: no body at all rotates with the default overlap.
-        data = read_body(request, form=False) if request.body else {}
+        # The body is optional: no body at all (or only white space, as the routes that take none
+        # read it) rotates with the default overlap.
+        data = read_body(request, form=False) if (request.body or b"").strip() else {}
         return json_response(await _ops(request).rotate_secret(partner_id, data))
 
     @bp.post("/partners/<partner_id:str>/retry")
