@@ -11,7 +11,7 @@ import pytest
 
 from analytics import email_hash, mask_email, redact_emails
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize(
