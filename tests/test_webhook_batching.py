@@ -171,6 +171,25 @@ def test_a_batch_forms_when_its_oldest_has_waited_max_wait(client_on: Any, clock
         )
 
 
+def test_a_batch_lists_its_members_as_stored_after_the_wait_was_shortened(client_on: Any, clock: Any) -> None:
+    """An event stored while the partner waited 300 s, then one stored after the wait became 1 s:
+    the newer is due first and brings the batch out, and the body still lists the older first,
+    as the catalog says (oldest first), not in due order."""
+    with Receiver() as receiver, client_on() as client:
+        partner = onboard(client, receiver.url(), **batch_of(["room.trending"], 100, 300))
+        older = publish(client, trending(0))["eventId"]
+        clock.advance(1)
+        changed = client.patch(f"/admin/partners/{partner['id']}", json=batch_of(["room.trending"], 100, 1), headers=AUTH)
+        assert changed.status == 200
+        newer = publish(client, trending(1))["eventId"]
+        clock.advance(1)
+        assert drain(client) == 1
+        [request] = receiver.requests
+        assert [payload["eventId"] for payload in json.loads(request.body)["events"]] == [older, newer]
+        [batch] = [d for d in deliveries(client) if d["batchSize"] is not None]
+        assert batch["eventId"] == older  # the attempt log names the oldest member's event
+
+
 def test_one_kind_per_batch_beside_an_unbatched_kind(client_on: Any, clock: Any) -> None:
     """Two batched kinds make two batches; a kind the partner does not batch goes out alone, at once."""
     with Receiver() as receiver, client_on() as client:

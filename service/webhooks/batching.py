@@ -220,7 +220,13 @@ async def _form(
     due; at most FORM_ROWS members in one call (the next claim forms the next)."""
     rows = (
         await conn.execute(
-            select(deliveries.c.id, deliveries.c.event_id, deliveries.c.next_attempt_at, events.c.payload)
+            select(
+                deliveries.c.id,
+                deliveries.c.event_id,
+                deliveries.c.next_attempt_at,
+                deliveries.c.created_at,
+                events.c.payload,
+            )
             .join(events, events.c.id == deliveries.c.event_id)
             .where(_WAITING, deliveries.c.partner_id == partner_id, events.c.kind == kind)
             # Oldest first: the order they were stored in (each is due maxWaitSeconds after).
@@ -233,6 +239,9 @@ async def _form(
         chunks.pop()  # not full, and its oldest may wait longer
     if not chunks:
         return 0
+    # Due order is store order only while maxWaitSeconds stays put: a member stored before the wait
+    # was shortened is due after one stored since. Each body lists its members as stored.
+    chunks = [sorted(chunk, key=lambda row: (row.created_at, row.event_id)) for chunk in chunks]
     batches = [
         {
             "id": new_batch_id(),
