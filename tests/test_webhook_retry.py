@@ -65,6 +65,19 @@ def test_retry_after_is_honoured_within_bounds(
     assert delay is not None and low <= delay <= high
 
 
+@pytest.mark.parametrize("retry_after", [0.0, 1.0, 60.0, 5_000.0, 86_400.0])
+def test_retry_after_never_shortens_the_wait(retry_after: float) -> None:
+    """Whatever the partner asks, the wait is at least what it would have been without asking, at
+    every step of the default schedule and for 500 draws of the jitter: a step over the hour's
+    ceiling, jittered above it, was cut back to the ceiling."""
+    policy = RetryPolicy()
+    for attempt in range(1, policy.max_attempts):
+        for seed in range(500):
+            alone = policy.next_delay(attempt, Verdict.RETRY, random.Random(seed))
+            asked = policy.next_delay(attempt, Verdict.RETRY, random.Random(seed), retry_after=retry_after)
+            assert alone is not None and asked is not None and asked >= alone, (attempt, seed)
+
+
 @pytest.mark.parametrize(
     ("header", "seconds"),
     [

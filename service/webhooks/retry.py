@@ -84,6 +84,8 @@ class RetryPolicy:
         scheduled = self.schedule[attempt - 1]
         delay = scheduled * rng.uniform(1 - self.jitter, 1 + self.jitter)
         if retry_after is not None:
+            # Longer when the partner asks, up to the ceiling; never shorter than the jittered delay
+            # it would have had without asking (a later step's jitter may pass the ceiling).
             ceiling = max(scheduled, self.max_retry_after)
-            delay = min(max(retry_after, delay), ceiling)
+            delay = max(delay, min(retry_after, ceiling))
         return delay
