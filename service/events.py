@@ -37,6 +37,7 @@ from pydantic import (
     field_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
+from rfc3986_validator import validate_rfc3986
 
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
@@ -86,7 +87,15 @@ def _absolute_http_url(value: str) -> str:
         _ = parts.port  # a malformed port only shows when it is read
     except ValueError:
         parts = None
-    if parts is None or not _URL.fullmatch(value) or not parts.hostname:
+    # RFC 3986's grammar as JSON Schema validators read `format: uri` (rfc3986-validator, which
+    # jsonschema uses): the characters alone let a stray `%`, a bracket outside an IPv6 host, a
+    # second `#` or `@` through, and partners validating with the catalog refused those deliveries.
+    if (
+        parts is None
+        or not _URL.fullmatch(value)
+        or not parts.hostname
+        or not validate_rfc3986(value, rule="URI")
+    ):
         raise PydanticCustomError("invalid", "Must be an absolute http or https URL.")
     return value
 

@@ -195,6 +195,41 @@ def test_urls_refuse_anything_but_absolute_http_urls(url: str) -> None:
     assert errors_of(with_(TRENDING, roomUrl=url)) == [URL_ERROR]
 
 
+URI_FORMAT = Draft202012Validator({"type": "string", "format": "uri"}, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://launchrooms.example/rooms/moon%frog",  # a % not followed by two hex digits
+        "https://launchrooms.example/rooms/moon%2",
+        "https://launchrooms.example/rooms/[moonfrog]",  # brackets belong to an IPv6 host alone
+        "https://launchrooms.example/rooms/moonfrog#top#links",  # a second fragment
+        "https://owner@host@launchrooms.example/rooms/moonfrog",  # a second @
+    ],
+)
+def test_urls_refuse_what_a_partners_uri_check_refuses(url: str) -> None:
+    """Characters the catalog's pattern allows, placed where RFC 3986 does not: refused at
+    publishing, as a partner validating deliveries against the catalog (`format: uri`) would
+    refuse the delivery; they used to be accepted and delivered."""
+    assert list(URI_FORMAT.iter_errors(url))  # what the partner's validator says
+    assert errors_of(with_(TRENDING, roomUrl=url)) == [URL_ERROR]
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://launchrooms.example/rooms/moonfrog",
+        "http://[::1]:8080/rooms/moonfrog",
+        "https://launchrooms.example/rooms/moon%2Bfrog?tab=(links)&x=*#top",
+    ],
+)
+def test_an_accepted_url_passes_a_partners_uri_check(url: str) -> None:
+    """What publishing accepts, a partner's `format: uri` check accepts too."""
+    assert dump_payload(parse(with_(TRENDING, roomUrl=url)))["roomUrl"] == url
+    assert not list(URI_FORMAT.iter_errors(url))
+
+
 def test_dump_omits_absent_optional_members() -> None:
     """An optional member that was not sent is absent from the wire, not null."""
     dumped = dump_payload(parse(CLAIMED))
