@@ -46,6 +46,18 @@ def test_the_readme_verifier_reaches_every_test_vector_verdict(case: dict[str, A
     assert verdicts == {scheme: expected["accept"] for scheme, expected in case["expected"].items()}
 
 
+@pytest.mark.parametrize("digits", [13, 5_000])
+def test_the_readme_verifier_refuses_a_hostile_timestamp_without_an_error(digits: int) -> None:
+    """A timestamp of thousands of digits is refused like any stale one, by both schemes: int()
+    refuses more than 4,300 digits with an error, which the verifier raised where the partner's
+    endpoint wanted False."""
+    [case] = [case for case in VECTORS["cases"] if all(e["accept"] for e in case["expected"].values())][:1]
+    stamp = "1" * digits
+    headers = {**case["headers"], "x-service-timestamp": stamp, "webhook-timestamp": stamp}
+    for check in _verifiers().values():
+        assert check(headers, case["body"].encode(), case["secrets"], now=VECTORS["now"]) is False
+
+
 def test_the_readme_verifier_accepts_real_deliveries(make_client: Any, clock: Any) -> None:
     """A delivery before a rotation and one during its overlap, as the endpoint received them: both
     schemes accept with the secrets that signed them and refuse another secret or a changed body."""
