@@ -20,6 +20,7 @@ from service.discovery.catalog import (
 from service.events import dump_payload, parse_event
 from service.exceptions import InvalidInput
 from service.settings import Settings
+from service.webhooks.breaker import BreakerPolicy
 from service.webhooks.signing import signature_description
 
 SIGNATURE_LINKS = {
@@ -302,7 +303,12 @@ def test_subscription_model_states_onboarding_and_retry_policy() -> None:
         "followed). A Retry-After header (seconds or an HTTP date) may lengthen the next wait, up to the "
         "larger of the scheduled delay and 3600 seconds, but never shortens it. A 410 answer pauses the "
         "partner: nothing more is sent until it is resumed, and then that delivery goes out again with "
-        "everything that waited. When the schedule is exhausted the delivery is failed until an admin "
+        "everything that waited. "
+        "After 5 failed attempts in a row the partner's deliveries are held, their schedules not spent, for 30 "
+        "seconds; then one goes out alone as a probe. A delivered probe releases the rest; a failed one holds "
+        "them twice as long again, up to 3600 seconds. A partner failing without a break for 432000 seconds "
+        "is disabled until an admin resumes it. "
+        "When the schedule is exhausted the delivery is failed until an admin "
         "retries it. A retry keeps its x-service-delivery (webhook-id) id and is signed with a fresh "
         "timestamp."
     )
@@ -324,13 +330,18 @@ def test_the_retry_text_states_the_configured_timeout_and_schedule() -> None:
     terms = DeliveryTerms.from_settings(
         Settings(database_url="sqlite:///unused.db", webhook_timeout="5", webhook_retry_schedule="1,2.5")
     )
-    assert terms == DeliveryTerms(timeout=5.0, schedule=(1.0, 2.5))
+    assert terms == DeliveryTerms(timeout=5.0, schedule=(1.0, 2.5), breaker=BreakerPolicy())
     assert _retry(terms) == (
         "A 2xx answer within 5 seconds is success. Any other status, a timeout or a refused connection is "
         "retried after 1, 2.5 seconds (each ±20% jitter; redirects are not followed). A Retry-After header "
         "(seconds or an HTTP date) may lengthen the next wait, up to the larger of the scheduled delay and "
         "3600 seconds, but never shortens it. A 410 answer pauses the partner: nothing more is sent until it "
-        "is resumed, and then that delivery goes out again with everything that waited. When the schedule is "
+        "is resumed, and then that delivery goes out again with everything that waited. "
+        "After 5 failed attempts in a row the partner's deliveries are held, their schedules not spent, for 30 "
+        "seconds; then one goes out alone as a probe. A delivered probe releases the rest; a failed one holds "
+        "them twice as long again, up to 3600 seconds. A partner failing without a break for 432000 seconds "
+        "is disabled until an admin resumes it. "
+        "When the schedule is "
         "exhausted the delivery is failed until an admin retries it. A retry keeps its x-service-delivery "
         "(webhook-id) id and is signed with a fresh timestamp."
     )
@@ -356,6 +367,26 @@ def test_the_default_settings_give_the_default_catalog() -> None:
     )
 
 
+def test_the_retry_text_states_the_configured_circuit_breaker() -> None:
+    """A partner failing attempt after attempt is held, probed and in the end disabled, as the
+    deployment's SERVICE_WEBHOOK_BREAKER_* and SERVICE_WEBHOOK_DISABLE_AFTER say: partners building
+    to the catalog see why retries stop coming on the schedule while their endpoint is down."""
+    settings = Settings(
+        database_url="sqlite:///unused.db",
+        webhook_breaker_failures="3",
+        webhook_breaker_cooldown="12.5",
+        webhook_disable_after="86400",
+    )
+    terms = DeliveryTerms.from_settings(settings)
+    assert terms.breaker == BreakerPolicy(failures=3, cooldown=12.5, disable_after=86400.0)
+    assert (
+        "After 3 failed attempts in a row the partner's deliveries are held, their schedules not spent, "
+        "for 12.5 seconds; then one goes out alone as a probe. A delivered probe releases the rest; a "
+        "failed one holds them twice as long again, up to 3600 seconds. A partner failing without a break "
+        "for 86400 seconds is disabled until an admin resumes it."
+    ) in _retry(terms)
+
+
 def test_an_empty_schedule_is_stated_as_no_retry() -> None:
     """SERVICE_WEBHOOK_RETRY_SCHEDULE= makes one attempt: the text says so instead of "retried after  seconds"."""
     retry = _retry(DeliveryTerms(timeout=0.5, schedule=()))
@@ -363,7 +394,12 @@ def test_an_empty_schedule_is_stated_as_no_retry() -> None:
         "A 2xx answer within 0.5 seconds is success. Any other status, a timeout or a refused connection is "
         "not retried (redirects are not followed): the delivery is failed until an admin retries it. A 410 "
         "answer pauses the partner: nothing more is sent until it is resumed, and then that delivery goes "
-        "out again with everything that waited. A retry keeps its x-service-delivery (webhook-id) id and is "
+        "out again with everything that waited. "
+        "After 5 failed attempts in a row the partner's deliveries are held, their schedules not spent, for 30 "
+        "seconds; then one goes out alone as a probe. A delivered probe releases the rest; a failed one holds "
+        "them twice as long again, up to 3600 seconds. A partner failing without a break for 432000 seconds "
+        "is disabled until an admin resumes it. "
+        "A retry keeps its x-service-delivery (webhook-id) id and is "
         "signed with a fresh timestamp."
     )
 

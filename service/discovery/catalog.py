@@ -30,6 +30,7 @@ from service.webhooks.batching import (
     MAX_WAIT,
     MIN_WAIT,
 )
+from service.webhooks.breaker import BreakerPolicy
 from service.webhooks.retry import JITTER, MAX_RETRY_AFTER
 from service.webhooks.signing import STANDARD_ID_HEADER, signature_description
 
@@ -44,6 +45,7 @@ DELIVERY_STATUS = "schema-ready"  # for every event (docs/architecture.md "Event
 
 RETRY_JITTER = JITTER
 DEFAULT_ATTEMPT_TIMEOUT: float = Settings.model_fields["webhook_timeout"].default
+DEFAULT_BREAKER = BreakerPolicy()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,10 +61,18 @@ class DeliveryTerms:
 
     timeout: float = DEFAULT_ATTEMPT_TIMEOUT
     schedule: tuple[float, ...] = DEFAULT_RETRY_SCHEDULE
+    breaker: BreakerPolicy = DEFAULT_BREAKER  # when a failing partner's deliveries are held
 
     @classmethod
     def from_settings(cls, settings: Settings) -> DeliveryTerms:
-        return cls(timeout=settings.webhook_timeout, schedule=tuple(settings.webhook_retry_schedule))
+        breaker = BreakerPolicy(
+            failures=settings.webhook_breaker_failures,
+            cooldown=settings.webhook_breaker_cooldown,
+            disable_after=settings.webhook_disable_after,
+        )
+        return cls(
+            timeout=settings.webhook_timeout, schedule=tuple(settings.webhook_retry_schedule), breaker=breaker
+        )
 
 
 DEFAULT_TERMS = DeliveryTerms()
@@ -123,6 +133,15 @@ def _retry_text(terms: DeliveryTerms) -> str:
         "A 410 answer pauses the partner: nothing more is sent until it is resumed, and then that "
         "delivery goes out again with everything that waited. "
     )
+    breaker = terms.breaker
+    held = (
+        f"After {breaker.failures} failed attempts in a row the partner's deliveries are held, "
+        f"their schedules not spent, for {_seconds(breaker.cooldown)} seconds; then one goes out "
+        "alone as a probe. A delivered probe releases the rest; a failed one holds them twice as "
+        f"long again, up to {_seconds(breaker.max_cooldown)} seconds. A partner failing without a "
+        f"break for {_seconds(breaker.disable_after)} seconds is disabled until an admin resumes "
+        "it. "
+    )
     same_id = (
         f"A retry keeps its x-service-delivery ({STANDARD_ID_HEADER}) id and is signed with a "
         "fresh timestamp."
@@ -130,15 +149,15 @@ def _retry_text(terms: DeliveryTerms) -> str:
     if not terms.schedule:
         return (
             answer + "is not retried (redirects are not followed): the delivery is failed until an "
-            "admin retries it. " + paused + same_id
+            "admin retries it. " + paused + held + same_id
         )
     delays = ", ".join(_seconds(delay) for delay in terms.schedule)
     return (
         answer + f"is retried after {delays} seconds (each ±{RETRY_JITTER:.0%} jitter; redirects "
         "are not followed). A Retry-After header (seconds or an HTTP date) may lengthen the next "
         f"wait, up to the larger of the scheduled delay and {MAX_RETRY_AFTER:g} seconds, but never "
-        "shortens it. " + paused + "When the schedule is exhausted the delivery is failed until an "
-        "admin retries it. " + same_id
+        "shortens it. " + paused + held + "When the schedule is exhausted the delivery is failed "
+        "until an admin retries it. " + same_id
     )
 
 
