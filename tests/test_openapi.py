@@ -7,8 +7,9 @@ from jsonschema import Draft202012Validator
 from openapi_spec_validator import validate
 from pydantic.json_schema import models_json_schema
 
-from service.events import EVENT_MODELS
+from service.events import EVENT_MODELS, example_payload
 from service.waitlist import WaitlistRequest
+from service.webhooks.batching import BATCHABLE
 
 BASE = "https://rooms.example"
 PUBLIC_PATHS = {
@@ -110,9 +111,9 @@ def test_webhooks_describe_every_event_kind(openapi):
     assert list(openapi["webhooks"]) == list(EVENT_MODELS)
     for kind, model in EVENT_MODELS.items():
         operation = openapi["webhooks"][kind]["post"]
-        assert operation["requestBody"]["content"]["application/json"]["schema"] == {
-            "$ref": f"#/components/schemas/{model.__name__}"
-        }
+        body = operation["requestBody"]["content"]["application/json"]["schema"]
+        event = {"$ref": f"#/components/schemas/{model.__name__}"}
+        assert body == ({"oneOf": [event, body["oneOf"][1]]} if kind in BATCHABLE else event)
         assert [parameter["name"] for parameter in operation["parameters"]] == [
             "x-service-event",
             "x-service-delivery",
@@ -124,6 +125,24 @@ def test_webhooks_describe_every_event_kind(openapi):
         ]
         schema = openapi["components"]["schemas"][model.__name__]
         assert schema["properties"]["event"]["const"] == kind
+
+
+@pytest.mark.parametrize("kind", BATCHABLE)
+def test_a_batchable_kinds_webhook_takes_its_batches_as_well(openapi, kind):
+    """A kind partners may batch is delivered as one event or as a batch of them: the webhook's
+    body validates both (the catalog's own examples) and refuses a batch carrying another kind;
+    it allowed the single event only, and a real batch failed it."""
+    components = {"components": openapi["components"]}
+    body = openapi["webhooks"][kind]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    validator = Draft202012Validator({**body, **components})
+    single = example_payload(EVENT_MODELS[kind])
+    second = {**single, "eventId": "evt_01JZ8QN2P4Q6R8S0T2V4W6X8Y1"}
+    assert not list(validator.iter_errors(single))
+    assert not list(validator.iter_errors({"event": kind, "batch": True, "events": [single, second]}))
+    other = next(model for name, model in EVENT_MODELS.items() if name != kind)
+    mixed = {"event": kind, "batch": True, "events": [single, example_payload(other)]}
+    assert list(validator.iter_errors(mixed))
+    assert list(validator.iter_errors({"event": kind, "batch": True, "events": []}))
 
 
 @pytest.mark.parametrize(

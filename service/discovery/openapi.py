@@ -47,6 +47,7 @@ from service.discovery.vectors import WebhookVectors
 from service.events import EVENT_MODELS
 from service.model_schemas import components
 from service.waitlist import WaitlistRequest, WaitlistResponse
+from service.webhooks.batching import BATCHABLE, MAX_EVENTS_LIMIT
 
 OPENAPI_VERSION = "3.1.0"
 REF = "#/components/schemas/{model}"
@@ -221,6 +222,25 @@ def _probe(operation_id: str, summary: str) -> dict[str, Any]:
     }
 
 
+def _delivery_body(kind: str, event: dict[str, Any]) -> dict[str, Any]:
+    """What a delivery of ``kind`` carries: the event, or for a kind partners may batch, either
+    the event or a batch of them (the catalog's batchDelivery), each member the event's schema."""
+    if kind not in BATCHABLE:
+        return event
+    batch = {
+        "type": "object",
+        "description": f"A batch of {kind} events, oldest first, each as it would be sent alone.",
+        "properties": {
+            "event": {"const": kind},
+            "batch": {"const": True},
+            "events": {"type": "array", "minItems": 1, "maxItems": MAX_EVENTS_LIMIT, "items": event},
+        },
+        "required": ["event", "batch", "events"],
+        "additionalProperties": False,
+    }
+    return {"oneOf": [event, batch]}
+
+
 def _webhooks(refs: dict[str, dict[str, Any]], base_url: str) -> dict[str, Any]:
     signature = signature_object(base_url)
     headers = signature.get("headers")
@@ -237,7 +257,10 @@ def _webhooks(refs: dict[str, dict[str, Any]], base_url: str) -> dict[str, Any]:
                 "summary": model.SUMMARY,
                 "description": f"Trigger: {model.TRIGGER} Trust boundary: {model.TRUST_BOUNDARY}",
                 "parameters": parameters,
-                "requestBody": {"required": True, "content": _json(refs[model.__name__])},
+                "requestBody": {
+                    "required": True,
+                    "content": _json(_delivery_body(kind, refs[model.__name__])),
+                },
                 "responses": {
                     "2XX": {"description": "Delivered; process the eventId once."},
                     "410": {"description": "The partner endpoint is gone: delivery pauses."},
