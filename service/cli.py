@@ -19,7 +19,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from service import commands
-from service.db.engine import DatabaseUnusable, check_database
+from service.db.engine import DatabaseUnreachable, DatabaseUnusable, check_database
+from service.db.faults import unavailable
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
 from service.registrations_ops import RegistrationOperations, neutralise
@@ -310,7 +311,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except DatabaseUnusable as error:
         print(f"error: {error}", file=sys.stderr)
-        return 2
+        # Unreachable now may answer in a moment: 1, which the units restart; 2 they do not.
+        return 1 if isinstance(error, DatabaseUnreachable) else 2
     except UnreadableSecret as error:
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:
+        # The database locked past the busy timeout, or gone, once past the start's check (while
+        # it is migrated, say): a moment's fault, one line and exit status 1, not a traceback.
+        if not unavailable(error):
+            raise
+        print(commands.storage_fault(error), file=sys.stderr)
         return 1

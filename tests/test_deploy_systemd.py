@@ -62,6 +62,7 @@ def test_units_are_hardened(units: Path) -> None:
             "ProtectSystem=strict",
             "EnvironmentFile=/etc/service/service.env",
             "RestartPreventExitStatus=2",
+            "StartLimitIntervalSec=0",  # a database down for a while is waited for, not given up on
         ):
             assert re.search(rf"^{re.escape(line)}$", text, re.MULTILINE), (template, line)
         result = analyze("security", "--offline=true", f"--threshold={MOST_EXPOSURE}", instance, cwd=units)

@@ -1,4 +1,5 @@
-"""A start that cannot work says why in one line on stderr and exits 2: serve, worker and migrate alike."""
+"""A start that cannot work says why in one line on stderr and exits 2 (1 where the database may
+answer in a moment): serve, worker and migrate alike."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class Case:
     name: str
     needs_postgres: bool
     expected: str  # what the one line must say
+    status: int = 2  # 2: starting again will not help; 1: the database may answer in a moment
 
     def environment(self) -> dict[str, str]:
         """The SERVICE_* variables of this broken start."""
@@ -84,7 +86,7 @@ CASES = [
     Case("malformed-url", False, "SERVICE_DATABASE_URL is not a valid URL"),
     Case("missing-database", True, 'database "absent_'),
     Case("refused-role", True, 'refused role "nobody_'),
-    Case("unreachable", False, "cannot be reached (Connection refused)"),
+    Case("unreachable", False, "cannot be reached (Connection refused)", status=1),
     Case("unescaped-at", False, "an @ in the user name or password is written %40"),
     Case("unknown-query", False, "unknown query parameter application_name, sslcert (accepted: ssl, sslmode"),
     Case("bad-sslmode", False, "sslmode must be one of disable, allow, prefer, require, verify-ca, verify-full"),
@@ -115,7 +117,8 @@ def needs(case: Case) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.name)
 def test_the_real_command_says_why_in_one_line(case: Case) -> None:
-    """`python -m service` in a child process: one line naming the problem, exit 2, no traceback."""
+    """`python -m service` in a child process: one line naming the problem, exit 2 (1 for a database
+    that does not answer now), no traceback."""
     needs(case)
     # Each case runs one command for real (serve, worker and migrate each twice); every command
     # meets every case in process below.
@@ -130,7 +133,7 @@ def test_the_real_command_says_why_in_one_line(case: Case) -> None:
         timeout=60,
         check=False,
     )
-    assert result.returncode == 2, result.stderr
+    assert result.returncode == case.status, result.stderr
     assert_one_line(result.stderr, case)
     assert result.stdout == ""
 
@@ -140,14 +143,15 @@ def test_the_real_command_says_why_in_one_line(case: Case) -> None:
 def test_every_start_command_refuses_every_case(
     case: Case, command: list[str], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """serve, worker and migrate each stop with exit 2 and the one line, before serving anything."""
+    """serve, worker and migrate each stop with the case's exit status and the one line, before
+    serving anything."""
     needs(case)
     for name in list(os.environ):
         if name.startswith("SERVICE_"):
             monkeypatch.delenv(name)
     for name, value in case.environment().items():
         monkeypatch.setenv(name, value)
-    assert main(command) == 2
+    assert main(command) == case.status
     out, err = capsys.readouterr()
     assert out == ""
     assert_one_line(err, case)
@@ -246,3 +250,33 @@ def test_an_unreachable_redis_is_not_a_start_error(tmp_path: Path) -> None:
         assert refused["ok"] is False
     finally:
         kill(server)
+
+
+@pytest.mark.parametrize("checked", [True, False], ids=["at-the-check", "while-migrating"])
+def test_a_database_held_by_another_process_is_one_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], checked: bool
+) -> None:
+    """A SQLite file another process holds past the busy timeout (a backup, a second migrate),
+    found by the start's check or only once migrating: one line and exit status 1, which the units
+    restart (the lock ends), where it was exit 2 (never restarted) or a traceback."""
+    from service import cli
+    from service.db import engine
+
+    path = tmp_path / "held.db"
+    for name in list(os.environ):
+        if name.startswith("SERVICE_"):
+            monkeypatch.delenv(name)
+    # Both waits short: the driver's own before the service's pragmas, then the pragma's.
+    monkeypatch.setenv("SERVICE_DATABASE_URL", f"sqlite:///{path}?timeout=0.05")
+    monkeypatch.setattr(engine, "SQLITE_BUSY_TIMEOUT_MS", 50)
+    if not checked:
+        monkeypatch.setattr(cli, "check_database", lambda url: None)  # the lock came just after it
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("CREATE TABLE held (x)")
+        holder.execute("BEGIN EXCLUSIVE")
+        status = main(["migrate"])
+        holder.execute("ROLLBACK")
+    out, err = capsys.readouterr()
+    assert (status, out) == (1, "")
+    [line] = err.splitlines()
+    assert "locked" in line and "Traceback" not in err

@@ -326,7 +326,14 @@ async def migrate_async(database_url: str) -> None:
 
 
 class DatabaseUnusable(Exception):
-    """The database cannot be used at all (absent, refusing the role, unreachable): nothing starts."""
+    """The database cannot be used as configured (absent, refusing the role, a newer schema):
+    nothing starts, and starting again will not help (exit status 2)."""
+
+
+class DatabaseUnreachable(DatabaseUnusable):
+    """The database does not answer now (down, restarting, failing over, its file locked past the
+    busy timeout): nothing starts, but a start a moment later may (exit status 1, which the units
+    restart)."""
 
 
 # PostgreSQL's SQLSTATE classes a start cannot get past (the PostgreSQL manual, "Errcodes").
@@ -363,6 +370,9 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
     url = make_url(database_url)
     cause = _cause(error)
     if url.get_backend_name() == "sqlite":
+        if isinstance(cause, sqlite3.OperationalError) and "locked" in str(cause):
+            held = f"the SQLite database {url.database} is held by another process ({cause})"
+            return DatabaseUnreachable(held)
         if isinstance(cause, OSError | sqlite3.Error):
             return DatabaseUnusable(f"the SQLite database {url.database} cannot be opened ({cause})")
         return None
@@ -376,7 +386,7 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
     if sqlstate.startswith(REFUSED_ROLE):
         return DatabaseUnusable(f'the database at {_where(url)} refused role "{url.username}": {first_line}')
     if isinstance(cause, TimeoutError):
-        return DatabaseUnusable(
+        return DatabaseUnreachable(
             f"the database at {_where(url)} did not answer within {POSTGRESQL_CONNECT_TIMEOUT_S:g} s"
         )
     if isinstance(cause, OSError):
@@ -384,7 +394,7 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
         number = cause.errno or 0
         known = number > 0 and not isinstance(cause, socket.gaierror)
         reason = os.strerror(number) if known else (cause.strerror or first_line)
-        return DatabaseUnusable(f"the database at {_where(url)} cannot be reached ({reason})")
+        return DatabaseUnreachable(f"the database at {_where(url)} cannot be reached ({reason})")
     if sqlstate:
         return DatabaseUnusable(f"the database at {_where(url)} refused the connection: {first_line}")
     if isinstance(cause, asyncpg.exceptions.InterfaceError):
