@@ -125,6 +125,9 @@ def test_webhooks_describe_every_event_kind(openapi):
         ]
         schema = openapi["components"]["schemas"][model.__name__]
         assert schema["properties"]["event"]["const"] == kind
+        # What each answer does: delivered, paused, or retried (the catalog's schedule).
+        assert list(operation["responses"]) == ["2XX", "410", "default"]
+        assert "subscriptionModel.retry" in operation["responses"]["default"]["description"]
 
 
 @pytest.mark.parametrize("kind", BATCHABLE)

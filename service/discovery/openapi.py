@@ -264,6 +264,13 @@ def _webhooks(refs: dict[str, dict[str, Any]], base_url: str) -> dict[str, Any]:
                 "responses": {
                     "2XX": {"description": "Delivered; process the eventId once."},
                     "410": {"description": "The partner endpoint is gone: delivery pauses."},
+                    "default": {
+                        "description": (
+                            "Any other answer, a timeout or a refused connection: retried on the "
+                            "catalog's schedule (subscriptionModel.retry) with the same delivery id; "
+                            "a redirect is not followed, and Retry-After may lengthen the wait."
+                        )
+                    },
                 },
             }
         }
