@@ -29,7 +29,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import audit
 from service.db.engine import DatabaseUnusable, check_database, create_engine, migrate
-from service.db.faults import unavailable
 from service.exceptions import DomainError
 from service.params import ascii_whole
 from service.settings import Settings
@@ -216,10 +215,11 @@ def run(
     """Run ``work(engine)`` on a migrated database; ``show`` its answer, or print why not.
 
     Exit status 0 with the answer shown; 1 with the error shape on stderr when the operation
-    refused, or with one line when the database could not do the work now (the faults the admin
-    API answers 503: a lock held past the busy timeout, the database gone); ``DatabaseUnusable``
-    (exit status 2) when it cannot be used at all. Output that cannot be written raises
-    ``OutputFailed``, never taken for a database fault.
+    refused. A database that cannot do the work now (the faults the admin API answers 503: a lock
+    held past the busy timeout, the database gone) raises, and ``service.cli.main`` says so in one
+    line (``storage_fault``), exit status 1, as it does for every command and start;
+    ``DatabaseUnusable`` (exit status 2) when it cannot be used at all. Output that cannot be
+    written raises ``OutputFailed``, never taken for a database fault.
     """
     check_database(settings.database_url)
 
@@ -236,11 +236,6 @@ def run(
         answer = asyncio.run(main())
     except DomainError as error:
         print_json(error.body(), sys.stderr)
-        return 1
-    except Exception as error:
-        if not unavailable(error):
-            raise
-        print(storage_fault(error), file=sys.stderr)
         return 1
     show(answer)
     return 0
