@@ -28,7 +28,7 @@ from service.discovery import routes as discovery_routes
 from service.discovery.documents import Discovery, build_discovery
 from service.handlers import JSONErrorHandler
 from service.ids import IdSource, new_id
-from service.keyring import Keyring, load_keyring
+from service.keyring import Keyring, KeyringError, load_keyring
 from service.metrics import Metrics
 from service.ratelimit import RateLimiter
 from service.readiness import Readiness
@@ -143,6 +143,8 @@ def create_app(
         ctx.probe = Probe(ctx.engine, within=health.PROBE_WITHIN)
         try:
             await wiring.seal(ctx.engine, ctx.keyring)  # what migration 0005 moved in plaintext
+        except KeyringError:
+            raise  # the key of another deployment: nothing may be sealed under it
         except Exception:  # the database is down: serve anyway (/readyz says so), seal next start
             log.warning("could not check for partner secrets stored in plaintext", exc_info=True)
         ctx.limiter = RateLimiter(settings)

@@ -86,7 +86,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service.discovery.content import ContentError, load_content
     from service.shutdown import deadline_for
 
-    load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
+    keyring = load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     refused = proxies.misconfiguration(Config(), proxies.parse_networks(settings.trusted_proxies))
     if refused is not None:
         print(f"configuration error: {refused}", file=sys.stderr)
@@ -102,6 +102,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         logging.getLogger(__name__).warning(warning)
     settings = serve_settings(settings, args.host, args.port)
     commands.migrate_schema(settings.database_url)  # a schema newer than this release: one line, exit 2
+    asyncio.run(_seal(settings, keyring))  # a key that opens none of the stored secrets: exit 2
     factory = partial(
         create_app,
         settings,

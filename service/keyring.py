@@ -63,6 +63,14 @@ class Keyring:
                 "a partner secret was sealed with a key SERVICE_SECRETS_KEY no longer lists"
             ) from None
 
+    def opens(self, stored: str) -> bool:
+        """Whether one of the keys opens ``stored`` (plaintext from before sealing always does)."""
+        try:
+            self.open(stored)
+        except UnreadableSecret:
+            return False
+        return True
+
     def reseal(self, stored: str) -> str:
         """The secret sealed under the newest key (plaintext is sealed, sealed ones re-encrypted)."""
         if not stored.startswith(SEALED):

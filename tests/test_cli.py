@@ -79,6 +79,7 @@ EXPECTED = {
     ("partners", "test"): {"database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout"},
     ("partners", "rotate-secret"): {"database_url", "secrets_key", "secret_rotation_overlap"},
     ("secrets", "re-encrypt"): {"database_url", "secrets_key"},
+    ("secrets", "discard-unreadable"): {"database_url", "secrets_key"},
     ("partners", "update"): {"database_url", "webhook_allow_private_urls"},
     ("partners", "delete"): {"database_url"},
     ("deliveries", "list"): {"database_url"},

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from webhook_helpers import AUTH, TEST_SECRETS_KEY, Receiver, onboard, settings
 
 from service.app import create_app
 from service.cli import main
+from service.clock import utc_now
 from service.db.engine import create_engine, migrate
 from service.db.tables import partner_secrets
 from service.keyring import SEALED, KeyringError, key_file, load_keyring, parse_keys
@@ -110,12 +114,11 @@ def test_signing_is_unchanged_after_a_key_rotation_and_re_encryption(
         verify(request.headers, request.body, [added["secret"]], now=now)
 
         monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_A)
-        code, _, err = _run(capsys, "partners", "test", added["id"])
-        assert code == 1 and "no longer lists" in json.loads(err)["message"]
-        code, _, err = _run(capsys, "secrets", "re-encrypt")
-        assert code == 1 and "no longer lists" in json.loads(err)["message"]
-        for value in (added["secret"], rotated["secret"]):
-            assert value not in err
+        for argv in (("partners", "test", added["id"]), ("secrets", "re-encrypt")):
+            code, _, err = _run(capsys, *argv)
+            assert code == 2 and "SERVICE_SECRETS_KEY opens none of the 2 partner secrets" in err
+            for value in (added["secret"], rotated["secret"]):
+                assert value not in err
 
 
 def test_without_a_key_postgresql_refuses_to_start(
@@ -265,3 +268,114 @@ def test_processes_starting_together_agree_on_one_key_file(tmp_path: Path) -> No
     sealed = keyrings[0].seal("whsec_example")
     assert all(keyring.open(sealed) == "whsec_example" for keyring in keyrings)
     assert [path.name for path in tmp_path.iterdir()] == ["service.db.key"]
+
+
+def _store(database_url: str, partner_id: str, value: str) -> None:
+    """Store ``value`` as one of the partner's secrets, as it is: sealed under a key of another
+    deployment, or plaintext as migration 0005 moved an earlier release's."""
+
+    async def write() -> None:
+        engine = create_engine(database_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(
+                    insert(partner_secrets).values(partner_id=partner_id, secret=value, created_at=utc_now())
+                )
+        finally:
+            await engine.dispose()
+
+    asyncio.run(write())
+
+
+def test_a_key_that_opens_none_of_the_stored_secrets_is_refused_before_anything_changes(
+    cli_env: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another deployment's key, or a key file made afresh beside a restored database: serve,
+    worker, migrate and every command that seals or opens a secret stop with the reason and the
+    way back, and nothing is sealed under that key, not even a secret stored in plaintext."""
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_A)
+    with Receiver() as receiver:
+        code, added, _ = _run(capsys, "partners", "add", "--name", "P", "--url", receiver.url())
+        assert code == 0
+    _store(cli_env, added["id"], parse_keys(KEY_A).seal("whsec_" + "p" * 32))
+    _store(cli_env, added["id"], "whsec_" + "q" * 32)  # plaintext, from an earlier release
+    before = sorted(_stored(cli_env))
+
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_B)
+    assert main(["migrate"]) == 2  # the schema is moved first: the check reads today's tables
+    out, err = capsys.readouterr()
+    assert out.startswith("database is at the latest schema")
+    assert err.startswith("configuration error: SERVICE_SECRETS_KEY opens none of the 2 partner secrets")
+    for argv in (
+        ("partners", "add", "--name", "Q", "--url", "https://partner.example/"),
+        ("partners", "rotate-secret", added["id"]),
+        ("partners", "test", added["id"]),
+        ("secrets", "re-encrypt"),
+    ):
+        code, out, err = _run(capsys, *argv)
+        assert (code, out) == (2, None), argv
+        assert err.startswith("configuration error: SERVICE_SECRETS_KEY opens none of the 2 partner secrets")
+        assert "secrets discard-unreadable" in err
+        assert added["secret"] not in err
+    assert sorted(_stored(cli_env)) == before  # the plaintext one too: nothing sealed under B
+    for argv in (["serve", "--port", "0"], ["worker", "--port", "0"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "service", *argv],
+            env={**os.environ, "SERVICE_DATABASE_URL": cli_env, "SERVICE_SECRETS_KEY": KEY_B},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 2, (argv, done.stderr)
+        assert "SERVICE_SECRETS_KEY opens none of the 2 partner secrets" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_a_key_that_opens_some_stored_secrets_starts_and_says_how_many_it_does_not(
+    cli_env: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A key dropped too soon: the partners whose secrets it opens carry on, a warning counts the
+    rest."""
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_A)
+    code, added, _ = _run(capsys, "partners", "add", "--name", "P", "--url", "https://partner.example/")
+    assert code == 0
+    _store(cli_env, added["id"], parse_keys(KEY_B).seal("whsec_" + "b" * 32))
+    code, rotated, _ = _run(capsys, "partners", "rotate-secret", added["id"], "--overlap", "60")
+    assert code == 0 and rotated["liveSecrets"] == 3
+    assert "1 of 2 partner secrets were sealed with a key SERVICE_SECRETS_KEY no longer lists" in caplog.text
+
+
+def test_discarding_what_no_key_opens_is_the_way_back_when_every_key_is_lost(
+    cli_env: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every key lost: discard-unreadable deletes the secrets no key opens and lists the partners
+    left without one; a rotation then gives each a secret that signs, under the new key."""
+    monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_A)
+    with Receiver() as receiver:
+        code, lost, _ = _run(capsys, "partners", "add", "--name", "Lost", "--url", receiver.url("/lost"))
+        assert code == 0
+        code, other, _ = _run(capsys, "partners", "add", "--name", "Other", "--url", receiver.url("/other"))
+        assert code == 0
+
+        monkeypatch.setenv("SERVICE_SECRETS_KEY", KEY_B)
+        code, answer, err = _run(capsys, "secrets", "discard-unreadable")
+        assert code == 0, err
+        assert answer == {
+            "discarded": 2,
+            "expiredDeleted": 0,
+            "partnersWithoutSecret": sorted([lost["id"], other["id"]]),
+        }
+        assert _stored(cli_env) == []
+        code, again, _ = _run(capsys, "secrets", "discard-unreadable")
+        assert (code, again["discarded"]) == (0, 0)
+
+        code, rotated, err = _run(capsys, "partners", "rotate-secret", lost["id"])
+        assert code == 0, err
+        code, tested, _ = _run(capsys, "partners", "test", lost["id"])
+        assert code == 0 and tested["ok"] is True
+        request = receiver.requests[-1]
+        verify(request.headers, request.body, [rotated["secret"]], now=float(request.headers["x-service-timestamp"]))
+        code, answer, _ = _run(capsys, "secrets", "discard-unreadable")
+        assert answer["partnersWithoutSecret"] == [other["id"]]
+        assert all(parse_keys(KEY_B).opens(value) for value in _stored(cli_env))

@@ -37,15 +37,27 @@ Command = Callable[[argparse.Namespace, Settings], int]
 log = logging.getLogger(__name__)
 
 
-def _run(settings: Settings, work: Callable[[Operations], Awaitable[Any]], *, secrets: bool = False) -> int:
+def _run(
+    settings: Settings,
+    work: Callable[[Operations], Awaitable[Any]],
+    *,
+    secrets: bool = False,
+    unchecked: bool = False,
+) -> int:
     """Run ``work(operations)`` as a command (``service.commands.run``), with a sender of its own
     for test deliveries. A command that handles ``secrets`` loads the key first (and refuses to
-    start without one, ``service.keyring``), then seals secrets stored before sealing."""
+    start without one, ``service.keyring``), checks that it opens the secrets stored (but for the
+    recovery that deletes those it does not, ``unchecked``), then seals secrets stored before
+    sealing (``wiring.seal``)."""
     if secrets:
         load_keyring(settings)  # no key on PostgreSQL: refused before anything changes
 
     async def with_operations(engine: AsyncEngine) -> Any:
-        keyring = await wiring.keyring(engine, settings) if secrets else None
+        keyring = None
+        if unchecked:
+            keyring = load_keyring(settings)
+        elif secrets:
+            keyring = await wiring.keyring(engine, settings)
         async with wiring.sender(settings, clock=utc_now) as sender:
             return await work(Operations(engine, settings, utc_now, sender, keyring=keyring))
 
@@ -77,6 +89,12 @@ def cmd_rotate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_reencrypt(args: argparse.Namespace, settings: Settings) -> int:
     return _run(settings, lambda operations: operations.reencrypt_secrets(), secrets=True)
+
+
+def cmd_discard_unreadable(args: argparse.Namespace, settings: Settings) -> int:
+    return _run(
+        settings, lambda operations: operations.discard_unreadable_secrets(), secrets=True, unchecked=True
+    )
 
 
 # --- partners ---------------------------------------------------------------------------------
@@ -376,6 +394,17 @@ def register(group: Any) -> None:
         'Prints {"reencrypted": n, "expiredDeleted": n, "keys": n}.',
         settings=SECRETS,
     ).set_defaults(run=cmd_reencrypt)
+    commands.add_command(
+        key_commands,
+        "discard-unreadable",
+        "delete the partner secrets no key opens, after every key that sealed them is lost",
+        details="The way back when every key that sealed the stored secrets is lost (serve, worker "
+        "and the partner commands refuse a key that opens none of them): every secret no key of "
+        "SERVICE_SECRETS_KEY opens is deleted, and the partners left without one are listed; "
+        "rotate-secret gives each a new secret, to be sent to the partner. Their deliveries wait "
+        'until then. Prints {"discarded": n, "expiredDeleted": n, "partnersWithoutSecret": [id, ...]}.',
+        settings=SECRETS,
+    ).set_defaults(run=cmd_discard_unreadable)
 
     deliveries = commands.add_command(group, "deliveries", "webhook deliveries", settings=DATABASE)
     delivery_commands = deliveries.add_subparsers(dest="deliveries_command", required=True, metavar="COMMAND")

@@ -329,6 +329,16 @@ class Operations:
                 raise StateConflict(UNREADABLE_STORE) from None
         return {"reencrypted": count, "expiredDeleted": expired, "keys": self._keyring.keys}
 
+    @reports(discarded="discarded")
+    async def discard_unreadable_secrets(self) -> Document:
+        """Delete the stored secrets no key of ``SERVICE_SECRETS_KEY`` opens, after every key that
+        sealed them is lost; the partners left without a secret wait for ``rotate_secret``."""
+        async with self.engine.begin() as conn:
+            expired = await partners.delete_expired_secrets(conn, now=self.clock())  # a write first
+            discarded = await partners.discard_unreadable(conn, self._keyring, now=self.clock())
+            waiting = await partners.without_secret(conn)
+        return {"discarded": discarded, "expiredDeleted": expired, "partnersWithoutSecret": waiting}
+
     @reports(requeued="requeued")
     async def retry(self, partner_id: str) -> Document:
         """Make the partner's failed deliveries pending again, due now."""

@@ -503,6 +503,43 @@ async def reseal_secrets(conn: AsyncConnection, keyring: Keyring, *, plaintext_o
     return changed
 
 
+async def unopened_secrets(
+    conn: AsyncConnection, keyring: Keyring, *, now: datetime
+) -> tuple[int, list[int]]:
+    """The sealed secrets that sign at ``now``: how many are stored, and the ids of those no key of
+    ``keyring`` opens (sealed under a key since dropped, or under another deployment's)."""
+    live = select(partner_secrets.c.id, partner_secrets.c.secret).where(
+        partner_secrets.c.secret.like(f"{SEALED}%"), ~_expired(now)
+    )
+    stored = 0
+    unopened = []
+    for row in await conn.execute(live):
+        stored += 1
+        if not keyring.opens(row.secret):
+            unopened.append(row.id)
+    return stored, unopened
+
+
+async def discard_unreadable(conn: AsyncConnection, keyring: Keyring, *, now: datetime) -> int:
+    """Delete the secrets no key of ``keyring`` opens: the way back when every key that sealed them
+    is lost. Their partners sign with what is left, or wait for a rotation."""
+    _, unopened = await unopened_secrets(conn, keyring, now=now)
+    if unopened:
+        await conn.execute(delete(partner_secrets).where(partner_secrets.c.id.in_(unopened)))
+    return len(unopened)
+
+
+async def without_secret(conn: AsyncConnection) -> list[str]:
+    """Ids of the partners (not removed) with no secret stored: they wait until ``rotate-secret``."""
+    held = select(partner_secrets.c.partner_id).where(partner_secrets.c.partner_id == partners.c.id)
+    result = await conn.execute(
+        select(partners.c.id)
+        .where(partners.c.status != PartnerStatus.REMOVED, ~held.exists())
+        .order_by(partners.c.id)
+    )
+    return list(result.scalars())
+
+
 async def seal_plaintext(conn: AsyncConnection, keyring: Keyring) -> int:
     """Seal the secrets stored before sealing (migration 0005 moved them in plaintext)."""
     return await reseal_secrets(conn, keyring, plaintext_only=True)

@@ -8,19 +8,23 @@ tests, the demo and the benchmarks all build them here, so a setting such as
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from service.clock import Clock, Timer
-from service.keyring import Keyring, load_keyring
+from service.clock import Clock, Timer, utc_now
+from service.keyring import Keyring, KeyringError, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks.partners import seal_plaintext
+from service.webhooks.partners import seal_plaintext, unopened_secrets
 from service.webhooks.send import Sender
 from service.webhooks.ssrf import Resolve, system_resolve
 from service.webhooks.worker import CONCURRENCY, DEPTH, POLL_INTERVAL, Worker
+
+log = logging.getLogger(__name__)
 
 TEST_SENDER_CONNECTIONS = 4  # test deliveries only; a worker has its own pool
 
@@ -46,9 +50,35 @@ def sender(
     )
 
 
-async def seal(engine: AsyncEngine, keyring: Keyring) -> int:
-    """Seal under ``keyring`` the partner secrets an earlier release stored in plaintext (what
-    migration 0005 moved); how many. Every start and ``migrate`` call it, through here only."""
+WRONG_KEY = (
+    "SERVICE_SECRETS_KEY opens none of the {count} partner secrets stored in this database: give "
+    "this process the key the servers and workers use (on SQLite without the setting, the key "
+    "file beside the database). If every key that sealed them is lost, run python -m service "
+    "secrets discard-unreadable, then rotate-secret each partner it lists."
+)
+
+
+async def seal(engine: AsyncEngine, keyring: Keyring, *, now: datetime | None = None) -> int:
+    """Check that ``keyring`` opens the partner secrets stored, then seal under it those an earlier
+    release stored in plaintext (what migration 0005 moved); how many. Every start and ``migrate``
+    call it, through here only.
+
+    A keyring that opens none of the live sealed secrets is another deployment's key, or a key
+    file made afresh beside a restored database: raises ``KeyringError`` before anything is sealed
+    under it, as partners onboarded or rotated under it would be signed for by no other process.
+    Some unopened among others opened is a key dropped too soon: a warning, and their partners
+    wait (``claim``) while everyone else is delivered."""
+    async with engine.connect() as conn:
+        stored, unopened = await unopened_secrets(conn, keyring, now=now or utc_now())
+    if stored and len(unopened) == stored:
+        raise KeyringError(WRONG_KEY.format(count=stored))
+    if unopened:
+        log.warning(
+            "%d of %d partner secrets were sealed with a key SERVICE_SECRETS_KEY no longer lists; "
+            "their partners are not delivered to until it is listed again",
+            len(unopened),
+            stored,
+        )
     async with engine.begin() as conn:
         return await seal_plaintext(conn, keyring)
 
