@@ -31,6 +31,8 @@ class WaitingFigures(Protocol):
     def deliveries(self) -> int: ...
     @property
     def oldest(self) -> datetime | None: ...
+    @property
+    def due(self) -> datetime | None: ...
 
 
 class OutboxFigures(Protocol):
@@ -64,6 +66,9 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # or in an alert, a third of what the name column holds.
 NAME_LABEL_MAX = 64
 # The states a partner's state gauge has a series for (a removed partner has none).
+# The server errors the service answers itself: 500 for an unhandled error, 503 while its
+# database or rate-limit store is out of reach (service.errors).
+SERVER_ERRORS = ("500", "503")
 PARTNER_STATES = tuple(status for status in PartnerStatus if status is not PartnerStatus.REMOVED)
 
 
@@ -101,6 +106,9 @@ class Metrics:
             ["status"],
             registry=self.registry,
         )
+        # The 5xx the service answers show from 0, so an alert's increase() sees a first burst too.
+        for status in SERVER_ERRORS:
+            self.server_errors.labels(status)
         self.delivery_attempts = Counter(
             "service_webhook_attempts_total",
             "Webhook delivery attempts, by partner and outcome (delivered, retry, failed, paused).",
@@ -140,6 +148,13 @@ class Metrics:
         self.oldest_waiting = Gauge(
             "service_webhook_oldest_waiting_seconds",
             "Age of each partner's oldest undelivered delivery (0 when none waits).",
+            ["partner"],
+            registry=self.registry,
+        )
+        self.overdue = Gauge(
+            "service_webhook_overdue_seconds",
+            "How long each partner's earliest undelivered delivery has been due and not sent (0 when "
+            "none is past due): a retry counts from its time, a claim from its lease's end.",
             ["partner"],
             registry=self.registry,
         )
@@ -208,10 +223,11 @@ class Metrics:
             self.queue_depth.labels(status).set(count)
         self.waiting.clear()
         self.oldest_waiting.clear()
+        self.overdue.clear()
         for partner_id, waiting in stats.by_partner.items():
             self.waiting.labels(partner_id).set(waiting.deliveries)
-            age = 0.0 if waiting.oldest is None else max(0.0, (now - waiting.oldest).total_seconds())
-            self.oldest_waiting.labels(partner_id).set(age)
+            self.oldest_waiting.labels(partner_id).set(_seconds_since(waiting.oldest, now))
+            self.overdue.labels(partner_id).set(_seconds_since(waiting.due, now))
 
     def set_partners(self, standings: Sequence[PartnerFigures]) -> None:
         """The partner gauges, from what ``service.webhooks.standing`` read at scrape time.
@@ -241,6 +257,7 @@ class Metrics:
             self.queue_depth,
             self.waiting,
             self.oldest_waiting,
+            self.overdue,
             self.circuit_open,
             self.partner_state,
             self.failed_deliveries,
@@ -251,3 +268,8 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _seconds_since(moment: datetime | None, now: datetime) -> float:
+    """Seconds from ``moment`` to ``now``; 0 for none, or one still to come."""
+    return 0.0 if moment is None else max(0.0, (now - moment).total_seconds())

@@ -281,6 +281,9 @@ def test_metrics_count_registrations_by_intent_and_errors_by_status(make_client)
         'service_http_client_errors_total{status="404"}': 1.0,
         'service_http_client_errors_total{status="415"}': 1.0,
         'service_http_client_errors_total{status="429"}': 2.0,
+        # shown from 0, so that an alert's increase() counts a first burst (deploy/prometheus)
+        'service_http_server_errors_total{status="500"}': 0.0,
+        'service_http_server_errors_total{status="503"}': 0.0,
     }
 
 

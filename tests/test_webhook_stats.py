@@ -54,7 +54,8 @@ async def _fill(engine: AsyncEngine, clock: ManualClock, rows: list[tuple[str, s
 
 
 async def test_only_undelivered_rows_count_per_partner(engine: AsyncEngine, clock: ManualClock) -> None:
-    """Pending and delivering rows count, by state and by partner, with the oldest one's creation;
+    """Pending and delivering rows count, by state and by partner, with the oldest one's creation
+    and the earliest one's due time (each row here falls due 30 minutes after its creation);
     delivered and failed ones never; a partner with nothing waiting reads zero."""
     await _fill(
         engine,
@@ -68,9 +69,9 @@ async def test_only_undelivered_rows_count_per_partner(engine: AsyncEngine, cloc
     assert found == OutboxStats(
         by_status={DeliveryStatus.PENDING: 3, DeliveryStatus.DELIVERING: 1},
         by_partner={
-            "ptn_a": Waiting(3, start + timedelta(minutes=2)),
-            "ptn_b": Waiting(0, None),
-            "ptn_c": Waiting(1, start + timedelta(minutes=7)),
+            "ptn_a": Waiting(3, start + timedelta(minutes=2), start + timedelta(minutes=32)),
+            "ptn_b": Waiting(0, None, None),
+            "ptn_c": Waiting(1, start + timedelta(minutes=7), start + timedelta(minutes=37)),
         },
     )
 
@@ -124,29 +125,41 @@ def _samples(metrics: Metrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
         (sample.name, tuple(sorted(sample.labels.items()))): sample.value
         for family in text_string_to_metric_families(metrics.render().decode())
         for sample in family.samples
-        if sample.name.startswith(("service_webhook_queue", "service_webhook_deliveries", "service_webhook_oldest"))
+        if sample.name.startswith(
+            ("service_webhook_queue", "service_webhook_deliveries", "service_webhook_oldest", "service_webhook_overdue")
+        )
     }
 
 
 def test_outbox_gauges_follow_the_latest_scrape(clock: ManualClock) -> None:
-    """Waiting deliveries and the oldest one's age per partner; a partner gone drops out."""
+    """Waiting deliveries, the oldest one's age and how long the earliest has been due, per
+    partner (a delivery not yet due is not late: 0); a partner gone drops out."""
     metrics = Metrics()
     start = clock()
     clock.advance(90)
     metrics.set_outbox(
         OutboxStats(
-            {DeliveryStatus.PENDING: 2, DeliveryStatus.DELIVERING: 1},
-            {"ptn_a": Waiting(3, start), "ptn_b": Waiting()},
+            {DeliveryStatus.PENDING: 3, DeliveryStatus.DELIVERING: 1},
+            {
+                "ptn_a": Waiting(3, start, start + timedelta(seconds=60)),
+                "ptn_b": Waiting(),
+                "ptn_c": Waiting(1, start, start + timedelta(seconds=300)),  # its next retry is to come
+            },
         ),
         clock(),
     )
     assert _samples(metrics) == {
-        ("service_webhook_queue_depth", (("status", "pending"),)): 2.0,
+        ("service_webhook_queue_depth", (("status", "pending"),)): 3.0,
         ("service_webhook_queue_depth", (("status", "delivering"),)): 1.0,
         ("service_webhook_deliveries_waiting", (("partner", "ptn_a"),)): 3.0,
         ("service_webhook_deliveries_waiting", (("partner", "ptn_b"),)): 0.0,
+        ("service_webhook_deliveries_waiting", (("partner", "ptn_c"),)): 1.0,
         ("service_webhook_oldest_waiting_seconds", (("partner", "ptn_a"),)): 90.0,
         ("service_webhook_oldest_waiting_seconds", (("partner", "ptn_b"),)): 0.0,
+        ("service_webhook_oldest_waiting_seconds", (("partner", "ptn_c"),)): 90.0,
+        ("service_webhook_overdue_seconds", (("partner", "ptn_a"),)): 30.0,
+        ("service_webhook_overdue_seconds", (("partner", "ptn_b"),)): 0.0,
+        ("service_webhook_overdue_seconds", (("partner", "ptn_c"),)): 0.0,
     }
     metrics.set_outbox(OutboxStats({DeliveryStatus.PENDING: 0, DeliveryStatus.DELIVERING: 0}, {"ptn_b": Waiting()}), clock())
     assert {labels for _, labels in _samples(metrics)} == {

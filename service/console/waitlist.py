@@ -45,10 +45,12 @@ def register(bp: Blueprint, console: Console) -> None:
 
         Each piece is sent before more rows are read: a client that reads slowly holds the reading
         back, so the server never keeps more than a piece and the driver's batch in memory, and a
-        client that leaves ends the reading (its connection goes back to the pool)."""
+        client that leaves ends the reading (its connection goes back to the pool). A reverse proxy
+        that buffers answers would read the whole export at once in the client's place:
+        ``X-Accel-Buffering: no`` tells nginx to pass it on as it comes."""
         response = await request.respond(
             content_type="text/csv; charset=utf-8",
-            headers={"Content-Disposition": 'attachment; filename="waitlist.csv"'},
+            headers={"Content-Disposition": 'attachment; filename="waitlist.csv"', "X-Accel-Buffering": "no"},
         )
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")

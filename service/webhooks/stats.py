@@ -19,10 +19,12 @@ from service.states import CLAIMABLE, DeliveryStatus
 
 
 class Waiting(NamedTuple):
-    """One partner's undelivered deliveries: how many, and when the oldest of them was created."""
+    """One partner's undelivered deliveries: how many, when the oldest of them was created, and
+    when the earliest of them fell due (``next_attempt_at``: a retry's time, a claim's lease end)."""
 
     deliveries: int = 0
     oldest: datetime | None = None
+    due: datetime | None = None
 
 
 class OutboxStats(NamedTuple):
@@ -38,7 +40,13 @@ class OutboxStats(NamedTuple):
 _EVER = datetime(1, 1, 1, tzinfo=UTC)
 # One row per (partner, state) with anything waiting; the partners themselves are few.
 WAITING = (
-    select(deliveries.c.partner_id, deliveries.c.status, func.count(), func.min(deliveries.c.created_at))
+    select(
+        deliveries.c.partner_id,
+        deliveries.c.status,
+        func.count(),
+        func.min(deliveries.c.created_at),
+        func.min(deliveries.c.next_attempt_at),
+    )
     .where(CLAIMABLE_WHERE, deliveries.c.next_attempt_at >= _EVER)
     .group_by(deliveries.c.partner_id, deliveries.c.status)
 )
@@ -48,9 +56,14 @@ _PARTNERS = select(partners.c.id)
 async def outbox_stats(conn: AsyncConnection) -> OutboxStats:
     by_status = dict.fromkeys(CLAIMABLE, 0)
     by_partner = {partner_id: Waiting() for partner_id in (await conn.scalars(_PARTNERS))}
-    for partner_id, status, count, oldest in await conn.execute(WAITING):
+    for partner_id, status, count, oldest, due in await conn.execute(WAITING):
         by_status[DeliveryStatus(status)] += count
         earlier = by_partner.get(partner_id, Waiting())
-        first = oldest if earlier.oldest is None else min(oldest, earlier.oldest)
-        by_partner[partner_id] = Waiting(earlier.deliveries + count, first)
+        by_partner[partner_id] = Waiting(
+            earlier.deliveries + count, _earliest(oldest, earlier.oldest), _earliest(due, earlier.due)
+        )
     return OutboxStats(by_status, by_partner)
+
+
+def _earliest(one: datetime, other: datetime | None) -> datetime:
+    return one if other is None else min(one, other)
