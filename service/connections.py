@@ -7,7 +7,11 @@ its protocol, a public option of ``app.prepare``) adds what is missing (docs/arc
 "Faults and slow clients"):
 
 - at most ``limit`` open connections per process; when a new one would exceed it, the connection
-  that has been quiet longest is closed, so a new client always finds room;
+  that has been quiet longest among those waiting between requests (kept alive after an answer, or
+  not yet through a request's head) is closed, so a new client finds room. A connection whose
+  request's head is in is never closed for room: it is being answered, and closing it would lose an
+  answer to work already done (a registration committed, never answered). Only when every other
+  connection is being answered is the newcomer itself closed (``Registry.admit``);
 - a request's headers must arrive within ``HEADERS_WITHIN`` seconds of its first byte, and its body
   within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
   closed;
@@ -20,15 +24,20 @@ its protocol, a public option of ``app.prepare``) adds what is missing (docs/arc
 
 The protocol learns that a request's headers are in when Sanic builds its request object, and
 that its body is in when ``receive_body`` returns: ``GuardedRequest`` (Sanic's documented
-``request_class`` hook) tells it. Everything here is Sanic's public surface: the protocol class it
-documents for subclassing (its ``close`` and its ``recv_buffer``, the bytes received and not yet
-read), asyncio's protocol callbacks, and the request class.
+``request_class`` hook) tells it. Whether a request is being answered it reads, when it must choose
+a connection to close, from the stage of the protocol's HTTP/1 exchange (its ``http``, whose
+``keep_alive`` the request class already sets; ``sanic.http.Stage``), as Sanic's own
+``close_if_idle`` does, and from the transport's write buffer. Everything here is Sanic's public
+surface: the protocol class it documents for subclassing (its ``close``, its ``recv_buffer``, the
+bytes received and not yet read, and its ``http``), asyncio's protocol callbacks and transport, and
+the request class.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import resource
 import time
 from typing import Any
@@ -36,6 +45,7 @@ from typing import Any
 from sanic import Request
 from sanic.compat import Header
 from sanic.exceptions import BadRequest, BadURL
+from sanic.http import Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from service.errors import PayloadTooLarge
@@ -96,6 +106,7 @@ class Registry:
         self.limit = limit
         self.open: set[GuardedProtocol] = set()
         self.evicted = 0  # connections closed to make room (for tests and the log)
+        self.refused = 0  # newcomers closed because every other connection was being answered
         self._sweep: asyncio.TimerHandle | None = None
 
     def start(self) -> None:
@@ -113,10 +124,19 @@ class Registry:
         self.start()
 
     def admit(self, newcomer: GuardedProtocol) -> None:
+        """Count ``newcomer`` in; past the cap, close the connection quiet longest to make room. A
+        connection being answered is never quiet (its ``active_at`` is infinite): when every other
+        one is, the newcomer is closed instead, before anything it sent is read."""
         self.open.add(newcomer)
         if len(self.open) <= self.limit:
             return
         quietest = min((held for held in self.open if held is not newcomer), key=lambda held: held.active_at)
+        if quietest.active_at == math.inf:
+            self.open.discard(newcomer)
+            self.refused += 1
+            log.debug("connection limit reached, every connection being answered: closing the new one")
+            newcomer.drop()
+            return
         self.evicted += 1
         log.debug("connection limit reached: closing the longest-idle one", extra={"limit": self.limit})
         quietest.drop()
@@ -125,11 +145,11 @@ class Registry:
 class GuardedProtocol(HttpProtocol):
     """Sanic's HTTP/1.1 protocol under the cap and the deadlines above."""
 
-    __slots__ = ("_began", "_headers_in", "_lingering", "active_at", "after_chunked")
+    __slots__ = ("_began", "_headers_in", "_lingering", "after_chunked", "heard_at")
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.active_at = time.monotonic()
+        self.heard_at = time.monotonic()  # the connection's last byte from its client
         self._began: float | None = None  # first byte of the request being received
         self._headers_in = False
         self.after_chunked = False  # the last request's body was chunked: no request may follow
@@ -144,14 +164,14 @@ class GuardedProtocol(HttpProtocol):
             registry.admit(self)
 
     def data_received(self, data: bytes) -> None:
-        self.active_at = time.monotonic()
+        self.heard_at = time.monotonic()
         if self._lingering is not None:
             self._lingering += len(data)
             if self._lingering > LINGER_BYTES:
                 self._end_linger()
             return
         if self._began is None and data:
-            self._began, self._headers_in = self.active_at, False
+            self._began, self._headers_in = self.heard_at, False
         super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -211,6 +231,25 @@ class GuardedProtocol(HttpProtocol):
             self._began, self._headers_in = time.monotonic(), False
         else:
             self._began = None
+
+    # the cap -------------------------------------------------------------------------------------
+
+    @property
+    def active_at(self) -> float:
+        """When the connection was last active, which orders closing for room (``Registry.admit``):
+        its client's last byte, or, while a request of it is being answered, infinity (active now)."""
+        return math.inf if self.answering() else self.heard_at
+
+    def answering(self) -> bool:
+        """Whether a request whose head is in has not had all its answer sent: Sanic's exchange is
+        past the head (``HANDLER``, ``RESPONSE``, ``FAILED``) and not yet back to waiting for the
+        next request (``IDLE``), or the answer is still in the transport's buffer. A connection
+        waiting between requests, or still receiving a head (``REQUEST``), is not answering."""
+        http = self.http  # None once Sanic's connection task has ended (lingering, closing)
+        if http is not None and http.stage is not Stage.IDLE and http.stage is not Stage.REQUEST:
+            return True
+        transport = self.transport
+        return transport is not None and transport.get_write_buffer_size() > 0
 
     def overdue(self, now: float) -> bool:
         """Whether the request being received has missed its deadline (headers, then body)."""
