@@ -17,7 +17,9 @@ Each call writes one INFO line on the ``service.audit`` logger, for example::
   ``reports``: a replay's ``requeued``); an operation that learns what it acts on only by reading a
   body (a replay's filter) says so with ``note`` once the body is read and checked;
 - the outcome: ``ok``, ``error`` with the ``status`` the admin API answers for it, or
-  ``cancelled`` when the call was cancelled part way (its client went away).
+  ``cancelled`` when the call was cancelled part way (its client went away) or its answer could
+  not be taken (``AnswerLost``: a command's reader went away, or its disk is full, with the
+  ``reason``).
 
 Nothing else of the input or the answer is written, so no secret ever is. An operation that calls
 another is one action: only the outermost call is logged. ``unaudited`` marks the few methods that
@@ -108,6 +110,16 @@ def unaudited(method: F) -> F:
     return method
 
 
+class AnswerLost(Exception):
+    """The operation's answer could not be handed over: whoever asked went away (``cancelled``)
+    or could not take it (``error`` with this ``reason``). No status: nothing was answered."""
+
+    def __init__(self, reason: str, *, gone: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.gone = gone
+
+
 def audited(cls: type[T]) -> type[T]:
     """Wrap every public coroutine method of ``cls`` (but ``unaudited`` ones) in ``audit``."""
     for name, method in list(vars(cls).items()):
@@ -134,6 +146,13 @@ def audit(method: F) -> F:
         token = _line.set(line)
         try:
             answer = await method(*args, **kwargs)
+        except AnswerLost as lost:
+            if lost.gone:
+                line["outcome"] = "cancelled"
+            else:
+                line.update(outcome="error", reason=lost.reason)
+            log.info("admin action", extra=line)
+            raise
         except Exception as error:
             line.update(outcome="error", status=_status(error))
             log.info("admin action", extra=line)

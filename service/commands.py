@@ -122,14 +122,15 @@ def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
     return number
 
 
-class OutputFailed(Exception):
+class OutputFailed(audit.AnswerLost):
     """A command's output could not be written: its reader went away (``| head``) or its disk is
     full. Raised in place of the ``OSError`` and not chained to it, so neither the audit trail nor
-    ``service.db.faults.unavailable`` takes it for the database failing."""
+    ``service.db.faults.unavailable`` takes it for the database failing: the audit line says
+    ``cancelled`` for a reader gone, or the reason."""
 
     def __init__(self, error: OSError) -> None:
-        super().__init__(error.strerror or str(error))
         self.closed_pipe = isinstance(error, BrokenPipeError)
+        super().__init__(error.strerror or str(error), gone=self.closed_pipe)
 
 
 class Stdout:
