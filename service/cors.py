@@ -42,4 +42,12 @@ def cors_headers(request: Request) -> dict[str, str]:
     if not request.app.ctx.settings.cors_origins:
         return {}
     origin = _allowed(request)
-    return {"Vary": "Origin", "Access-Control-Allow-Origin": origin} if origin else {"Vary": "Origin"}
+    if not origin:
+        return {"Vary": "Origin"}
+    # A script reads only the safelisted headers of an answer unless told more: Retry-After is how
+    # long a 429 or a 503 asks it to wait.
+    return {
+        "Vary": "Origin",
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Expose-Headers": "Retry-After",
+    }

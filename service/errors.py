@@ -9,11 +9,12 @@
     ├── PayloadTooLarge       413
     ├── UnsupportedMediaType  415
     ├── TooManyRequests       429  carries ``retry_after`` seconds
-    └── ServiceUnavailable    503  storage unreachable; nothing was accepted
+    └── ServiceUnavailable    503  storage unreachable; nothing was accepted; carries ``Retry-After``
 
 Every error answers ``{"ok": false, "message": "...", "errors": [...]}`` (``errors`` only where
-fields are at fault). ``message`` is a fixed human sentence chosen by the service, never text the
-client sent, so nothing a client submits is echoed back.
+fields are at fault, at most ``FIELD_ERRORS_SHOWN`` of them and then one saying how many more).
+``message`` is a fixed human sentence chosen by the service, never text the client sent, so
+nothing a client submits is echoed back.
 
 Operations raise the domain errors of ``service.exceptions``; ``from_domain`` is the one place
 they become statuses (InvalidInput 400, UnknownResource 404, StateConflict 409).
@@ -36,6 +37,23 @@ from service.exceptions import (
 
 __all__ = ["FieldError", "ServiceError", "from_domain"]
 
+# An answer names at most this many fields at fault, then says in one more entry how many it left
+# out: a body of thousands of unknown members would otherwise be answered with megabytes.
+FIELD_ERRORS_SHOWN = 20
+# Seconds a 503 asks a client to wait before trying again, where nothing better is known: what the
+# shipped nginx configuration says on its own 503 page (deploy/nginx).
+RETRY_AFTER_UNAVAILABLE = 5
+
+
+def shown(errors: list[FieldError]) -> list[FieldError]:
+    """``errors`` as an answer lists them: the first ``FIELD_ERRORS_SHOWN``, and then, when there
+    are more, one entry in the same shape (``field`` ``body``, code ``more_errors``) saying how many."""
+    if len(errors) <= FIELD_ERRORS_SHOWN:
+        return errors
+    more = len(errors) - FIELD_ERRORS_SHOWN
+    sentence = "1 more field is at fault." if more == 1 else f"{more} more fields are at fault."
+    return [*errors[:FIELD_ERRORS_SHOWN], FieldError("body", "more_errors", sentence)]
+
 
 class ServiceError(SanicException):
     status_code = 500
@@ -55,7 +73,7 @@ class ServiceError(SanicException):
         self.field_errors = list(errors or ())
 
     def body(self) -> dict[str, Any]:
-        return error_body(self.text, self.field_errors)
+        return error_body(self.text, shown(self.field_errors))
 
 
 class BadRequest(ServiceError):
@@ -105,6 +123,9 @@ class TooManyRequests(ServiceError):
 class ServiceUnavailable(ServiceError):
     status_code = 503
     message = "The service is briefly unavailable; try again shortly."
+
+    def __init__(self, message: str | None = None, *, retry_after: int = RETRY_AFTER_UNAVAILABLE) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after)})
 
 
 _STATUS_OF: tuple[tuple[type[DomainError], type[ServiceError]], ...] = (

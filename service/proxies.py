@@ -4,9 +4,11 @@ Sanic reads client addresses from ``X-Forwarded-For``, ``Forwarded`` or ``REAL_I
 of its proxy settings is on (``SANIC_PROXIES_COUNT``, ``SANIC_REAL_IP_HEADER``,
 ``SANIC_FORWARDED_SECRET``). Anyone who can reach the port directly could then pick their own
 address on every request and dodge every per-client limit. So the headers count only when the
-connection's own peer is one of the trusted proxies (addresses or networks); from anyone else the
-peer address is the client. A proxy setting without any trusted proxy stops the start, with the
-reason (docs/architecture.md "Faults and slow clients").
+connection's own peer is one of the trusted proxies (addresses or networks), or, for a ``Forwarded``
+element, when it carries ``SANIC_FORWARDED_SECRET``: the shared secret proves the proxy whatever
+its address (``service.waitlist.client_address``). From anyone else the peer address is the client.
+A counting setting (``SANIC_PROXIES_COUNT``, ``SANIC_REAL_IP_HEADER``) without any trusted proxy
+stops the start, with the reason (docs/architecture.md "Faults and slow clients").
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ object is passed to ``create_app``; nothing in the service imports a global inst
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from pathlib import Path
@@ -135,6 +136,45 @@ def _has_user_info(url: str) -> bool:
         return "@" in url.partition("://")[2].partition("/")[0]
 
 
+# An origin's host as browsers write it in Origin: a name in ASCII (a name in Unicode goes in its
+# xn-- form), or an IPv4 address; an IPv6 address is taken apart.
+_ORIGIN_HOST = re.compile(r"[a-z0-9\-._~]+")
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(entry: str) -> str:
+    """``entry`` as browsers write an origin in the Origin header: scheme and host in lower case, no
+    default port, no trailing slash. ValueError, naming it, when it is not an origin."""
+    reason = (
+        f"not an origin: {entry!r} (scheme://host[:port], http or https, with no path, query or "
+        "fragment; * is not accepted: list each origin, a name in Unicode in its xn-- form)"
+    )
+    try:
+        parts = urlsplit(entry)
+        port = parts.port  # a malformed port only shows when it is read
+    except ValueError:
+        raise ValueError(reason) from None
+    scheme, host = parts.scheme.lower(), parts.hostname or ""
+    if (
+        scheme not in _DEFAULT_PORTS
+        or parts.path not in ("", "/")
+        or "?" in entry
+        or "#" in entry
+        or "@" in parts.netloc
+    ):
+        raise ValueError(reason)
+    if ":" in host:  # an IPv6 address, written as browsers write it
+        try:
+            host = f"[{ipaddress.IPv6Address(host).compressed}]"
+        except ValueError:
+            raise ValueError(reason) from None
+    elif not _ORIGIN_HOST.fullmatch(host):
+        raise ValueError(reason)
+    if port is not None and port != _DEFAULT_PORTS[scheme]:
+        host = f"{host}:{port}"
+    return f"{scheme}://{host}"
+
+
 class Settings(BaseSettings):
     # hide_input_in_errors: a refused value (a short admin token, a URL with a password) must not
     # be printed back in the error that stops the start.
@@ -262,7 +302,8 @@ class Settings(BaseSettings):
         default=2000,
         ge=1,
         description="Open connections per server process (never above the file-descriptor limit "
-        "less a reserve); beyond it the longest-idle is closed.",
+        "less a reserve); beyond it the longest-idle connection waiting between requests is closed, "
+        "or the new one if every connection is being answered.",
     )
     content_file: Path | None = Field(
         default=None,  # None: the packaged default
@@ -437,3 +478,13 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return tuple(part.strip() for part in value.split(",") if part.strip())
         return value
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins_as_sent(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Compared as they stand with the Origin header, which browsers write one way only: an
+        # entry written another way (a trailing slash, a capital, :443) would never match.
+        try:
+            return tuple(dict.fromkeys(_origin(entry) for entry in value))
+        except ValueError as error:
+            raise ValueError(f"SERVICE_CORS_ORIGINS: {error}") from None

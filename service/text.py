@@ -35,6 +35,13 @@ def text_fault(value: str) -> str | None:
 LINE_MESSAGE = "This field must be one line of text, without control characters or marks that reorder it."
 
 
+# What JSON Schema can say of ``line_fault`` and ``lines_fault``: the same characters refused, as a
+# "pattern" (ECMA-262; a lone surrogate is refused too, but no UTF-8 JSON can hold one).
+_REFUSED = "\\u007f-\\u009f\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069"
+LINE_PATTERN = f"^[^\\u0000-\\u001f{_REFUSED}]*$"
+LINES_PATTERN = f"^(?:[^\\u0000-\\u0008\\u000b-\\u001f{_REFUSED}]|\\r\\n)*$"
+
+
 def line_fault(value: str) -> str | None:
     """Why ``value`` cannot be a one-line label (a partner's name, shown in listings, pages and
     metrics), as a sentence for the client; None if it can. Besides ``text_fault``: no control
@@ -42,6 +49,25 @@ def line_fault(value: str) -> str | None:
     fault = text_fault(value)
     if fault is None and any(ord(char) in _CONTROLS for char in value):
         return LINE_MESSAGE
+    return fault
+
+
+LINES_MESSAGE = (
+    "This field must be text without control characters other than line breaks and tabs, "
+    "or marks that reorder it."
+)
+
+
+def lines_fault(value: str) -> str | None:
+    """Why ``value`` cannot be free text of several lines (a registration's message, shown in the
+    console and exported), as a sentence for the client; None if it can. ``line_fault``'s rule,
+    except that it may hold tabs and line breaks: a line feed, or a carriage return and line feed as
+    browsers send a text area's lines. A carriage return alone, which lets text overwrite what a
+    terminal shows before it, is refused."""
+    fault = text_fault(value)
+    lines = value.replace("\r\n", "\n")
+    if fault is None and any(ord(char) in _CONTROLS and char not in "\n\t" for char in lines):
+        return LINES_MESSAGE
     return fault
 
 

@@ -28,7 +28,15 @@ from service.emails import check_email
 from service.errors import BadRequest, FieldError, ServiceError, ServiceUnavailable, TooManyRequests
 from service.handlers import error_response
 from service.proxies import trusted_peer
-from service.text import NOT_UNICODE_MESSAGE, storable
+from service.text import CODE as TEXT_CODE
+from service.text import (
+    LINE_PATTERN,
+    LINES_PATTERN,
+    NOT_UNICODE_MESSAGE,
+    line_fault,
+    lines_fault,
+    text_fault,
+)
 from service.wire import omit_nulls
 
 ACCEPTED = "You are on the waitlist. We will write when early access opens."
@@ -36,13 +44,25 @@ ACCEPTED = "You are on the waitlist. We will write when early access opens."
 _ACCEPTED_BODY = json.dumps({"ok": True, "message": ACCEPTED}, separators=(",", ":")).encode()
 
 
-def _clean_text(value: str) -> str:
-    # Refused before storage (service.text), so a client's mistake never becomes a server error.
-    return storable(value).strip()
+# The text members' limits, in characters, once trimmed.
+EMAIL_MAX = 254  # RFC 5321's path limit, which email-validator enforces
+_OPTIONAL_TEXT = {"project": 120, "message": 600}
+
+
+def _trimmed(value: str, limit: int, fault: Callable[[str], str | None]) -> str:
+    """``value`` trimmed, then held to ``fault``'s rule (service.text) and to ``limit``: what is
+    checked is what is stored, and the spaces around a value, never stored, never make it too long."""
+    value = value.strip()
+    # Refused before storage, so a client's mistake never becomes a server error.
+    if (reason := fault(value)) is not None:
+        raise PydanticCustomError(TEXT_CODE, reason)
+    if len(value) > limit:
+        raise PydanticCustomError("too_long", "This field is too long.", {"max_length": limit})
+    return value
 
 
 def _email(value: str) -> str:
-    value = _clean_text(value)
+    value = _trimmed(value, EMAIL_MAX, text_fault)
     try:
         check_email(value)
     except EmailNotValidError:
@@ -50,18 +70,36 @@ def _email(value: str) -> str:
     return value
 
 
-# What JSON Schema can say of the checks above: no NUL. (Lone surrogates cannot be written in
-# UTF-8 JSON at all, and email-validator's rules on special-use domains have no schema keyword, so
-# the email member's description states them.)
+def _project(value: str) -> str:
+    # One line, as a partner's name: it is a label in the console, the export and terminals.
+    return _trimmed(value, _OPTIONAL_TEXT["project"], line_fault)
+
+
+def _message(value: str) -> str:
+    # The same, but it may run over several lines, and hold tabs.
+    return _trimmed(value, _OPTIONAL_TEXT["message"], lines_fault)
+
+
+# What JSON Schema can say of the checks above: the characters refused, and the lengths (of what
+# is sent: it has no words for "once trimmed"). Lone surrogates cannot be written in UTF-8 JSON at
+# all, and email-validator's rules on special-use domains have no schema keyword, so the email
+# member's description states them.
 NO_NUL = "^[^\\u0000]*$"
 Email = Annotated[
-    str, AfterValidator(_email), Field(json_schema_extra={"format": "email", "pattern": NO_NUL})
+    str,
+    AfterValidator(_email),
+    Field(json_schema_extra={"format": "email", "maxLength": EMAIL_MAX, "pattern": NO_NUL}),
 ]
-Text = Annotated[str, AfterValidator(_clean_text), Field(json_schema_extra={"pattern": NO_NUL})]
-
-
-# The optional text members and their limits, in characters.
-_OPTIONAL_TEXT = {"project": 120, "message": 600}
+Project = Annotated[
+    str,
+    AfterValidator(_project),
+    Field(json_schema_extra={"maxLength": _OPTIONAL_TEXT["project"], "pattern": LINE_PATTERN}),
+]
+Message = Annotated[
+    str,
+    AfterValidator(_message),
+    Field(json_schema_extra={"maxLength": _OPTIONAL_TEXT["message"], "pattern": LINES_PATTERN}),
+]
 
 
 class WaitlistRequest(BaseModel):
@@ -77,7 +115,6 @@ class WaitlistRequest(BaseModel):
             "254 characters, and special-use domains (localhost, .test, .invalid, .local, ...) "
             "are refused."
         ),
-        max_length=254,  # RFC 5321's path limit, which email-validator enforces
     )
     intent: Intent = Field(
         description="claim a room, follow rooms (member), or add arcade."
@@ -85,13 +122,11 @@ class WaitlistRequest(BaseModel):
     # Optional but never null: a default of None that the type itself does not admit, so an explicit
     # `null` is a type error (docs/architecture.md "Waitlist intake": nulls are 400) while an absent
     # member stays None.
-    project: Text = Field(  # type: ignore[assignment]
-        default=None,
-        max_length=_OPTIONAL_TEXT["project"],
-        description="Project, ticker, collection or launch name.",
+    project: Project = Field(  # type: ignore[assignment]
+        default=None, description="Project, ticker, collection or launch name."
     )
-    message: Text = Field(  # type: ignore[assignment]
-        default=None, max_length=_OPTIONAL_TEXT["message"], description="Context for the service team."
+    message: Message = Field(  # type: ignore[assignment]
+        default=None, description="Context for the service team."
     )
 
 
@@ -107,7 +142,6 @@ _CODES = {
     "extra_forbidden": ("unknown_field", "This field is not accepted."),
     "string_type": ("invalid_type", "This field must be a string."),
     "literal_error": ("invalid_choice", "This field must be one of: claim, member, arcade."),
-    "string_too_long": ("too_long", "This field is too long."),
     "too_long": ("too_long", "This field is too long."),
     "string_unicode": ("invalid_characters", NOT_UNICODE_MESSAGE),
 }
@@ -128,17 +162,12 @@ def _field_error(detail: ErrorDetails) -> FieldError:
 
 
 def _blank_optional_as_absent(body: dict[str, Any]) -> dict[str, Any]:
-    # An HTML form sends `project=` when the box is left empty; that means "not given". Blank past
-    # the limit is too long like any other text, as the published schema says.
+    # An HTML form sends `project=` when the box is left empty; that means "not given", and so does
+    # a value of spaces alone, whatever its length: trimmed, as every text member is, nothing is left.
     return {
         key: value
         for key, value in body.items()
-        if not (
-            key in _OPTIONAL_TEXT
-            and isinstance(value, str)
-            and not value.strip()
-            and len(value) <= _OPTIONAL_TEXT[key]
-        )
+        if not (key in _OPTIONAL_TEXT and isinstance(value, str) and not value.strip())
     }
 
 
@@ -166,12 +195,25 @@ def trusts_proxies(config: Config) -> bool:
 def client_address(request: Request) -> str:
     # remote_addr is filled only from the proxy headers Sanic is configured to read
     # (PROXIES_COUNT, REAL_IP_HEADER, FORWARDED_SECRET), and believed only when the connection's
-    # own peer is a trusted proxy (service.proxies); otherwise the peer counts. With none of the
-    # settings on, the headers are not parsed at all (a few µs a request).
+    # own peer is a trusted proxy (service.proxies), or when it comes from a Forwarded element
+    # carrying FORWARDED_SECRET, which proves the proxy whatever its address; otherwise the peer
+    # counts. With none of the settings on, the headers are not parsed at all (a few µs a request).
     ctx = request.app.ctx
-    if ctx.trusts_proxies and trusted_peer(request.ip, ctx.trusted_proxies):
+    if ctx.trusts_proxies and (trusted_peer(request.ip, ctx.trusted_proxies) or _vouched_by_secret(request)):
         return request.remote_addr or request.ip
     return request.ip
+
+
+def _vouched_by_secret(request: Request) -> bool:
+    """Whether Sanic took the forwarded details from a ``Forwarded`` element that carries
+    ``SANIC_FORWARDED_SECRET``, as ``secret=`` or as ``by=`` (which Sanic reads as an address, so
+    lowercased unless it starts with ``_``). Sanic reads such an element only when the secret
+    matches; X-Forwarded-For and REAL_IP_HEADER never give either member."""
+    secret = request.app.config.FORWARDED_SECRET
+    if not secret:
+        return False
+    forwarded = request.forwarded
+    return forwarded.get("secret") == secret or forwarded.get("by") in (secret, secret.lower())
 
 
 # What a refusal's redirect may name as the field: the form's own fields, never a name the client made up.

@@ -64,11 +64,11 @@ def test_pages_are_served_with_validators_csp_304_and_head(make_client, path, me
 
 
 def test_the_index_without_its_slash_redirects_to_it(make_client):
-    """/docs/webhooks answers 308 to /docs/webhooks/; an unknown page is a JSON 404."""
+    """/docs/webhooks answers 308 to /docs/webhooks/ (under the base URL); an unknown page is a JSON 404."""
     with make_client(base_url=BASE) as client:
         moved = client.get("/docs/webhooks", follow_redirects=False)
         missing = client.get("/docs/webhooks/nothing-here")
-    assert (moved.status_code, moved.headers["location"]) == (308, "/docs/webhooks/")
+    assert (moved.status_code, moved.headers["location"]) == (308, BASE + "/docs/webhooks/")
     assert missing.status_code == 404
     assert missing.json["ok"] is False
 
@@ -80,7 +80,7 @@ def test_the_index_under_any_other_spelling_redirects_to_it(make_client, path):
     with make_client(base_url=BASE) as client:
         moved = client.get(path, follow_redirects=False)
         index = client.get("/docs/webhooks/")
-    assert (moved.status_code, moved.headers["location"]) == (308, "/docs/webhooks/")
+    assert (moved.status_code, moved.headers["location"]) == (308, BASE + "/docs/webhooks/")
     assert index.status_code == 200
 
 
@@ -96,8 +96,8 @@ def test_a_page_with_a_slash_after_it_redirects_to_the_page(make_client, page):
         head = client.head(page + "/", follow_redirects=False)
         served = client.get(page)
         missing = client.get("/docs/webhooks/nothing-here/")
-    assert (moved.status_code, moved.headers["location"]) == (308, page)
-    assert (head.status_code, head.headers["location"]) == (308, page)
+    assert (moved.status_code, moved.headers["location"]) == (308, BASE + page)
+    assert (head.status_code, head.headers["location"]) == (308, BASE + page)
     assert served.status_code == 200
     assert missing.status_code == 404
 

@@ -14,7 +14,7 @@ from sanic import Blueprint, HTTPResponse, Request, redirect
 
 from service.discovery.caching import CachedDocument, respond
 from service.discovery.documents import Discovery
-from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP
+from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP, url
 from service.errors import NotFound
 from service.partner_docs import ROOT as PARTNER_ROOT
 
@@ -30,6 +30,13 @@ def _serve(document: CachedDocument) -> Handler:
     return serve
 
 
+def _moved_to(request: Request, path: str) -> HTTPResponse:
+    """308 to ``path``, written from the base URL like every absolute URL the service gives: a
+    proxy serving the service under a path of its own (``https://example.com/waitlist``) strips
+    it before the service sees the request, so a Location of the path alone would leave it."""
+    return redirect(url(request.app.ctx.settings.base_url, path), status=308)
+
+
 def _serve_folder(document: CachedDocument) -> Handler:
     """The partner index: a folder, whose address ends with one slash so its relative links resolve
     inside it. Sanic's routing also hands it ``/docs/webhooks//``, where they would not: that, and
@@ -37,7 +44,7 @@ def _serve_folder(document: CachedDocument) -> Handler:
 
     async def serve(request: Request) -> HTTPResponse:
         if request.path != PARTNER_ROOT:
-            return redirect(PARTNER_ROOT, status=308)
+            return _moved_to(request, PARTNER_ROOT)
         return respond(request, document)
 
     return serve
@@ -45,7 +52,7 @@ def _serve_folder(document: CachedDocument) -> Handler:
 
 def _moved(path: str) -> Handler:
     async def moved(request: Request) -> HTTPResponse:
-        return redirect(path, status=308)
+        return _moved_to(request, path)
 
     return moved
 
