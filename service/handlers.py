@@ -12,7 +12,7 @@ from sanic.response import json as json_response
 
 from service.cors import cors_headers
 from service.db.faults import unavailable
-from service.errors import ServiceError, from_domain
+from service.errors import RETRY_AFTER_UNAVAILABLE, ServiceError, from_domain
 from service.exceptions import DomainError
 
 log = logging.getLogger("service.errors")
@@ -80,7 +80,7 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
             extra={"path": request.path, "method": request.method},
         )
         body = {"ok": False, "message": _MESSAGES[503]}
-        headers = {}
+        headers = {"Retry-After": str(RETRY_AFTER_UNAVAILABLE)}
     else:
         status = getattr(exception, "status_code", 500)
         status = status if isinstance(status, int) and status >= 500 else 500

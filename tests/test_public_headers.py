@@ -182,3 +182,26 @@ def test_an_entry_that_is_no_origin_stops_the_start(monkeypatch, capsys, entry):
     error = capsys.readouterr().err
     assert error.count("\n") == 1
     assert error.startswith(f"configuration error: SERVICE_CORS_ORIGINS: not an origin: {entry!r}")
+
+
+def test_a_storage_fault_met_anywhere_is_a_503_with_retry_after():
+    """A storage fault no route turns into an error of its own (the admin listing with the database
+    out of reach) reaches the error handler, which answers 503 with the same Retry-After; and the
+    published contract says so for every 503 it lists."""
+    settings = Settings(
+        database_url="postgresql://nobody@127.0.0.1:9/none",
+        secrets_key=TEST_SECRETS_KEY,
+        admin_token="t" * 32,
+    )
+    with Client(create_app(settings)) as client:
+        response = client.get("/admin/waitlist", headers={"authorization": "Bearer " + "t" * 32})
+        document = client.get("/api/v1/openapi.json").json
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == str(RETRY_AFTER_UNAVAILABLE)
+    unavailable = [
+        operation["responses"]["503"]
+        for path in document["paths"].values()
+        for operation in path.values()
+        if "503" in operation.get("responses", {}) and "Error" in str(operation["responses"]["503"])
+    ]
+    assert unavailable and all("Retry-After" in answer.get("headers", {}) for answer in unavailable)

@@ -75,6 +75,9 @@ def _json(ref: dict[str, Any]) -> dict[str, Any]:
     return {"application/json": {"schema": ref}}
 
 
+_RETRY_AFTER = {"Retry-After": {"$ref": "#/components/headers/Retry-After"}}
+
+
 def _error(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
     response: dict[str, Any] = {
         "description": description,
@@ -112,11 +115,8 @@ def _waitlist_operation(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             "400": _error("Invalid email or invalid waitlist payload; errors name the fields."),
             "413": _error(f"The body is over {MAX_BODY_BYTES // 1024} KiB."),
             "415": _error("The body is neither application/json nor a URL-encoded form."),
-            "429": _error(
-                "Too many requests from this client.",
-                {"Retry-After": {"$ref": "#/components/headers/Retry-After"}},
-            ),
-            "503": _error("Storage is briefly unreachable; nothing was stored."),
+            "429": _error("Too many requests from this client.", _RETRY_AFTER),
+            "503": _error("Storage is briefly unreachable; nothing was stored.", _RETRY_AFTER),
         },
     }
 
@@ -182,7 +182,8 @@ def _paths(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
         operation = _read_operation(_operation_id(surface), tag, surface.notes, media_type, schemas[surface])
         if surface is SITEMAP:  # the one document read from storage (its rooms)
             operation["responses"]["503"] = _error(
-                "Storage is briefly unreachable and no rendering is held yet; try again shortly."
+                "Storage is briefly unreachable and no rendering is held yet; try again shortly.",
+                _RETRY_AFTER,
             )
         paths[surface.path] = {"get": operation}
     event_schema = _read_operation(
