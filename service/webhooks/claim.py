@@ -4,7 +4,8 @@ the next one falls due.
 Workers take due deliveries with ``claim_due``: one conditional ``UPDATE`` that serves partners in
 turn and holds each to its in-flight cap, counted across every worker (on PostgreSQL under a
 transaction-scoped advisory lock; on SQLite under the database's single write lock). A claim is a
-lease (``claimed_until``, copied to ``next_attempt_at``): a worker killed mid-attempt leaves its
+lease (``claimed_until``, copied to ``next_attempt_at``), counted from when the claim holds its
+lock (``clock``), so a wait for the lock never shortens it: a worker killed mid-attempt leaves its
 deliveries ``delivering`` until the lease runs out, and then any worker takes them again (at least
 once). Claims read each partner with room under its cap through the partial index
 ``ix_deliveries_partner_claimable``, which holds only pending and delivering rows, by partner in due
@@ -12,7 +13,9 @@ order. A claim also forms the batches that are ready (``service.webhooks.batchin
 claimed partners' secrets once per claim.
 
 **Slots and depth.** Each claim is made by a holder (a worker run, ``claimed_by``) and gives every
-job its partner's *slots*: the partner's cap less the live claims other holders have on it. The
+job its partner's *slots*: the partner's cap less the live claims other holders have on it, and
+never more than the holder's own bound (``max_slots``: a worker's is three quarters of its senders,
+so a partner whose cap reaches the worker's concurrency cannot take every sender while it hangs). The
 holder sends at most that many of the partner's deliveries at once (``service.webhooks.lanes``),
 and may claim up to ``depth`` times its slots (at most ``MAX_AHEAD`` beyond them), so a partner
 answering quickly finds its next delivery already in hand. Depth is earned: a claim names the
@@ -55,6 +58,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import Join
 from ulid import ULID
 
+from service.clock import Clock
 from service.db import locks
 from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners
 from service.keyring import Keyring, UnreadableSecret
@@ -154,9 +158,20 @@ def _live_claims(*, once: bool = False) -> Any:
     return counted.cte("claimed").prefix_with("MATERIALIZED") if once else counted.subquery("claimed")
 
 
+# The most slots one holder takes for one partner, whatever its cap (``b_most``): a worker binds
+# three quarters of its senders (``worker.most_slots``), so a partner whose cap is as large as the
+# worker's concurrency never holds every sender while it hangs. Left unbound, no bound: more than
+# any cap (partners.MAX_IN_FLIGHT_LIMIT, or the default) could be.
+NO_MOST = 2**31 - 1
+_MOST = bindparam("b_most", NO_MOST, type_=Integer())
+
+
 def _slots(claimed: Any) -> Any:
-    """The partner's slots for this holder: its cap less the other holders' live claims."""
-    return _CAP - (func.coalesce(claimed.c.claimed, 0) - func.coalesce(claimed.c.mine, 0))
+    """The partner's slots for this holder: its cap less the other holders' live claims, and never
+    more than ``b_most``. Fewer slots for one holder never let the holders together past the cap:
+    another holder's slots count this one's claimed rows, not its slots."""
+    left = _CAP - (func.coalesce(claimed.c.claimed, 0) - func.coalesce(claimed.c.mine, 0))
+    return case((left > _MOST, _MOST), else_=left)
 
 
 class _CrossJoin(Join):
@@ -423,28 +438,38 @@ async def claim_due(
     holder: str | None = None,
     depth: int = 1,
     deep: Collection[str] | None = None,
+    max_slots: int | None = None,
+    clock: Clock | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap,
     for ``holder`` (a worker run; one of its own when not given), up to ``depth`` times each
     partner's slots for the partners in ``deep`` (every partner when None), up to its slots for
-    the others.
+    the others; a partner's slots are never more than ``max_slots`` (no bound when None).
 
     Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
     worker died; it goes out again under the same attempt number, as no attempt was logged).
+
+    ``clock``, when given, is read again once the claim holds its lock (on PostgreSQL it may wait
+    for another worker's claim, up to ``locks.WAIT_AT_MOST_S``): the lease and the due test count
+    from then, not from ``now``, so the wait does not eat into the lease. Every job of one claim
+    has the same ``claimed_until``.
     """
     if depth < 1:
         raise ValueError("depth must be at least 1")
     token = token or new_claim_token()
-    until = now + lease
     if conn.dialect.name == "postgresql":
         await locks.take(conn, CLAIM_LOCK)
         await conn.execute(_PLANNED_NOW)
+    if clock is not None:
+        now = clock()
+    until = now + lease
     params = {
         "b_now": now,
         "b_limit": limit,
         "b_token": token,
         "b_until": until,
         "b_cap": default_cap,
+        "b_most": NO_MOST if max_slots is None else max_slots,
         "b_holder": holder or token,
         "b_depth": depth,
         "b_all_deep": deep is None,

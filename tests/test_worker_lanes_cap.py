@@ -1,0 +1,107 @@
+"""One partner never holds every sender: whatever its cap, a worker gives one partner at most its
+senders less a reserve (``worker.most_slots``), so a partner whose ``maxInFlight`` reaches the
+worker's concurrency and hangs leaves senders to the others."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from webhook_helpers import Receiver, Reply, fixed_keyring, room_claimed, settings
+
+from service.db.engine import create_engine
+from service.events import parse_event
+from service.keyring import Keyring, load_keyring
+from service.settings import Settings
+from service.webhooks import outbox, partners, wiring
+from service.webhooks.claim import claim_due
+from service.webhooks.partners import MAX_IN_FLIGHT_LIMIT, NewPartner
+from service.webhooks.worker import CONCURRENCY, most_slots
+
+
+async def _setup(
+    engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int, keyring: Keyring
+) -> None:
+    async with engine.begin() as conn:
+        for name, url, cap in targets:
+            await partners.create_partner(
+                conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
+            )
+    for index in range(events):
+        await outbox.publish_event(
+            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+        )
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "most"),
+    [(1, 1), (2, 1), (3, 2), (4, 3), (8, 6), (32, 24), (CONCURRENCY, 384)],
+)
+def test_one_partner_gets_the_senders_less_a_quarter_kept_for_the_others(concurrency: int, most: int) -> None:
+    """A quarter of the senders (at least one, while there are two) is never one partner's."""
+    assert most_slots(concurrency) == most
+
+
+def test_the_default_worker_bounds_a_partner_below_the_largest_cap() -> None:
+    assert most_slots(CONCURRENCY) < CONCURRENCY < MAX_IN_FLIGHT_LIMIT
+
+
+def test_a_claim_gives_a_partner_no_more_slots_than_the_holders_bound(database_url: str, clock: Any) -> None:
+    """A partner at cap 1,000 is claimed for at most ``max_slots`` in flight: its slots only when not
+    claimed ahead, depth times them when it is; the bound is the holder's, so a second holder still
+    gets the slots the cap leaves after the first one's rows."""
+
+    async def scenario() -> list[tuple[int, set[int]]]:
+        engine = create_engine(database_url)
+        await _setup(engine, clock, [("wide", "https://wide.example/hook", 1000)], 60, fixed_keyring())
+        seen = []
+        for holder, deep in (("a", set()), ("b", None)):
+            async with engine.begin() as conn:
+                jobs = await claim_due(
+                    conn, now=clock(), limit=100, lease=timedelta(seconds=30), default_cap=8,
+                    keyring=fixed_keyring(), holder=holder, depth=4, deep=deep, max_slots=5,
+                )  # fmt: skip
+            seen.append((len(jobs), {job.slots for job in jobs}))
+        await engine.dispose()
+        return seen
+
+    # a: not deep, its 5 slots only; b: 995 left by the cap, bounded at 5, claimed 4 deep.
+    assert asyncio.run(scenario()) == [(5, {5}), (20, {5})]
+
+
+def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_the_others(
+    database_url: str, clock: Any
+) -> None:
+    """A partner at cap 1,000 holds every request until the test lets go, beside a healthy partner
+    at the default cap; the worker has 8 senders. Unbounded, the wide partner's jobs took all 8 and
+    the healthy partner got nothing until an attempt timed out (30 s here); bounded, the wide one
+    holds 6 and the healthy one gets all its events while it hangs."""
+    events = 20
+    concurrency = 8
+    config = Settings(database_url=database_url, **settings(receiver_timeout=30.0))
+    release = threading.Event()
+    with Receiver(Reply(hold=release)) as stuck, Receiver() as healthy:
+
+        async def scenario() -> bool:
+            engine = create_engine(database_url)
+            # The wide partner first: its lane is filled first, its jobs queued ahead of the others.
+            targets = [("wide", stuck.url("/wide"), 1000), ("healthy", healthy.url(), None)]
+            await _setup(engine, clock, targets, events, load_keyring(config))
+            worker = wiring.worker(engine, config, clock=clock, concurrency=concurrency)
+            await worker.start()
+            try:
+                # Waiting for the deliveries to arrive, not for time to pass: they come in
+                # milliseconds, or (unbounded) not before the held requests are let go.
+                return await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, 10)
+            finally:
+                release.set()
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        arrived = asyncio.run(scenario())
+        peak = stuck.peak["/wide"]
+    assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} while the wide one hung"
+    assert peak == most_slots(concurrency) == 6
