@@ -1,10 +1,10 @@
 """One signed HTTP attempt: the only code that talks to partner endpoints.
 
-A ``Sender`` owns an aiohttp session (one connection pool) whose resolver refuses internal
-addresses, so the SSRF check and the connection use the same addresses. Each attempt is signed
-with a fresh timestamp, POSTs the stored body bytes unchanged, follows no redirect, is bounded by
-``Settings.webhook_timeout``, and comes back as an ``Attempt`` (never an exception): what the
-partner answered, or which class of error stood in the way.
+A ``Sender`` owns an aiohttp session (one connection pool, its limit counting idle connections
+too) whose resolver refuses internal addresses, so the SSRF check and the connection use the same
+addresses. Each attempt is signed with a fresh timestamp, POSTs the stored body bytes unchanged,
+follows no redirect, is bounded by ``Settings.webhook_timeout``, and comes back as an ``Attempt``
+(never an exception): what the partner answered, or which class of error stood in the way.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 from aiohttp.http import RawResponseMessage
 from yarl import URL
 
@@ -64,6 +65,47 @@ MAX_HEADERS = 64
 MAX_INFORMATIONAL = 8
 # How many pooled connections an attempt may find spoiled (below) before it gives up as "protocol".
 STALE_TRIES = 4
+
+
+class _Pool(aiohttp.TCPConnector):
+    """aiohttp's connector with its ``limit`` over every open connection, idle ones included.
+
+    aiohttp's ``limit`` counts the connections in use; each one given back stays open in the pool
+    for ``keepalive_timeout`` (15 s) whatever the limit, and none of the connector's options bounds
+    them. A worker delivering a burst to one partner after another kept each partner's connections
+    open behind it, until its descriptors ran out and every partner's attempts failed as
+    "connect". Here, before a new connection is opened (and only then: a connection taken again
+    from the pool opens nothing), the pool's least recently used idle connections are closed
+    until the connections in use, this new one among them, and the idle ones come to ``limit``.
+    A busy partner's connections stay pooled and are taken again as before.
+
+    One method is overridden, ``_create_connection``, which ``BaseConnector.connect`` calls only
+    to open a new connection, after counting the new one in use (``_acquired``); it reads the pool
+    (``_conns``: each endpoint's idle connections, oldest first, with when each was given back).
+    tests/test_send_limits.py fails, naming them, when they move."""
+
+    async def _create_connection(
+        self, req: aiohttp.ClientRequest, traces: list[Any], timeout: aiohttp.ClientTimeout
+    ) -> ResponseHandler:
+        if self.limit:
+            self._make_room()
+        return await super()._create_connection(req, traces, timeout)
+
+    def _make_room(self) -> None:
+        """Close idle connections, least recently given back first, past the limit."""
+        idle = self._conns
+        excess = len(self._acquired) + sum(map(len, idle.values())) - self.limit
+        while excess > 0:
+            oldest = [(queue[0][1], key) for key, queue in idle.items() if queue]
+            if not oldest:
+                return
+            _, key = min(oldest, key=lambda entry: entry[0])
+            queue = idle[key]
+            protocol, _ = queue.popleft()
+            if not queue:
+                del idle[key]
+            protocol.close()
+            excess -= 1
 
 
 class StaleConnection(aiohttp.ClientConnectionError):
@@ -204,7 +246,7 @@ class Sender:
         return self._clock
 
     async def open(self) -> None:
-        connector = aiohttp.TCPConnector(
+        connector = _Pool(
             limit=self._limit,
             resolver=GuardedResolver(self._resolve, allow_private=self._allow_private),
         )

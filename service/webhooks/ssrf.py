@@ -7,12 +7,21 @@ second time in between.
 
 Refused: every address that is not globally routable — loopback, private, link-local, multicast,
 unspecified, reserved, shared (100.64/10), documentation and benchmarking ranges, IPv6 site-local
-(fec0::/10) — and IPv6 forms that carry such an IPv4 address (IPv4-mapped, IPv4-compatible, 6to4,
-NAT64, Teredo). An IPv4 host must be written as four decimal numbers: the other spellings that
+(fec0::/10), local-use NAT64 (64:ff9b:1::/48) — and IPv6 forms that carry such an IPv4 address
+(IPv4-mapped, IPv4-compatible, 6to4, NAT64, Teredo). An address in the well-known NAT64 prefix
+(64:ff9b::/96) is how a DNS64 resolver writes an IPv4 host for an IPv6-only network: it is judged
+on the IPv4 address it carries alone, so a public IPv4 partner is reached through NAT64 and a
+private one is not. An IPv4 host must be written as four decimal numbers: the other spellings that
 resolvers and browsers accept (``2130706433``, ``0177.0.0.1``, ``127.1``, ``0x7f.1``) are refused
 by the parser itself, so no check ever reads such a host as a name while a resolver reads it as
 an address.
 ``Settings.webhook_allow_private_urls`` lifts the rule for development and tests.
+
+Partner names are looked up by ``system_resolve``: c-ares (aiodns) on the event loop, reading the
+system's resolver configuration and hosts file, each lookup bounded by ``LOOKUP_SECONDS``. Never
+asyncio's default thread pool: there a partner whose name servers never answer held a thread for
+as long as the C library kept asking (past the attempt's own timeout), and a few such partners
+held every thread, so every other partner's lookups, and the database's and Redis's, waited.
 """
 
 from __future__ import annotations
@@ -21,8 +30,11 @@ import asyncio
 import ipaddress
 import re
 import socket
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 
+import aiodns
+import pycares
 from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
@@ -35,6 +47,13 @@ URL_MAX_LENGTH = 2048  # the partners.url column
 SHARED = ipaddress.ip_network("100.64.0.0/10")
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d form (RFC 4291 2.5.5.1)
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
+# Local-use NAT64 prefix (RFC 8215): an operator's own translators, whatever IPv4 address follows.
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# The longest a partner name's lookup may take: about what the C library gives one name server that
+# never answers (resolv.conf's defaults, 5 s twice). Past it the lookup fails as ``LookupTimeout``:
+# an attempt's "timeout", as when its connect timeout (5 s by default, which includes the lookup)
+# ends it first; at onboarding, a name that does not resolve.
+LOOKUP_SECONDS = 10.0
 FORBIDDEN_MESSAGE = "The host resolves to an address that is not publicly routable."
 # The WHATWG URL standard's "ends in a number": such a host is an IPv4 address in some notation
 # (inet_aton's decimal, octal, hex and short forms), never a name.
@@ -47,6 +66,11 @@ class UnsafeURL(Exception):
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+
+
+class LookupTimeout(TimeoutError):
+    """A name's servers did not answer within the lookup's bound (an ``OSError``, errno None, as
+    asyncio's own timeouts are: aiohttp passes it on as a timeout, not as a failed lookup)."""
 
 
 class ForbiddenAddress(OSError):
@@ -64,8 +88,6 @@ def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | No
         return address.sixtofour
     if address.teredo is not None:
         return address.teredo[1]  # the client's (obfuscation removed) address
-    if address in NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
     return None
 
 
@@ -74,6 +96,12 @@ def is_forbidden(address: IPAddress) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
         if address.scope_id:
             return True  # a zone index only makes sense on a local link
+        if address in NAT64:
+            # An IPv4 host as DNS64 writes it: the IPv4 address alone decides. The prefix itself
+            # is no destination (Python calls all of ::/8 reserved).
+            return is_forbidden(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+        if address in NAT64_LOCAL:
+            return True  # Python versions differ on it (reserved, private); never a partner
         embedded = _embedded_ipv4(address)
         if embedded is not None and is_forbidden(embedded):
             return True
@@ -115,12 +143,67 @@ def parse_address(text: str) -> IPAddress | None:
         return None
 
 
-async def system_resolve(host: str, port: int) -> list[str]:
-    """Every address of ``host``, through the event loop's getaddrinfo (no blocking)."""
-    if parse_address(host) is not None:
-        return [host]
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+class NameResolver:
+    """A ``Resolve``: every address of a name, looked up by c-ares (aiodns) on the running event
+    loop, within ``timeout`` seconds.
+
+    No thread is held while a name server is silent, so a partner whose name servers never answer
+    delays only its own lookups: the others', and every lookup through asyncio's default thread
+    pool (the database's, Redis's), go on. c-ares reads the system's resolver configuration and
+    hosts file as the C library does; ``nameservers`` (``host:port``) replaces the configured ones,
+    for tests. A lookup past ``timeout`` raises ``LookupTimeout``; one the name servers answer with
+    no address, or refuse, an ``OSError``.
+    """
+
+    def __init__(self, *, timeout: float = LOOKUP_SECONDS, nameservers: Sequence[str] | None = None) -> None:
+        self._timeout = timeout
+        self._nameservers = nameservers
+        # One c-ares channel an event loop (its callbacks run there), dropped with the loop.
+        self._channels: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, aiodns.DNSResolver] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    async def __call__(self, host: str, port: int) -> list[str]:
+        if parse_address(host) is not None:
+            return [host]
+        loop = asyncio.get_running_loop()
+        channel = self._channels.get(loop)
+        if channel is None:
+            # c-ares's own retries (resolv.conf's default: 5 s, twice) end about the bound or
+            # soon after it; the bound is what the caller waits.
+            try:
+                channel = aiodns.DNSResolver(self._nameservers, loop=loop, timeout=self._timeout / 2, tries=2)
+            except pycares.AresError as error:  # no resolver configuration c-ares can use
+                raise OSError(None, f"{host}: no name resolution: {error}") from error
+            self._channels[loop] = channel
+        try:
+            async with asyncio.timeout(self._timeout):
+                result = await channel.getaddrinfo(host, socket.AF_UNSPEC, port, type=socket.SOCK_STREAM)
+        except TimeoutError:
+            raise LookupTimeout(f"{host}: no answer within {self._timeout:g} s") from None
+        except aiodns.error.DNSError as error:
+            message = error.args[1] if len(error.args) > 1 else "DNS lookup failed"
+            if error.args and error.args[0] == aiodns.error.ARES_ETIMEOUT:
+                raise LookupTimeout(f"{host}: {message}") from None
+            raise OSError(None, f"{host}: {message}") from None
+        return list(dict.fromkeys(_text(node.addr) for node in result.nodes))
+
+    async def close(self) -> None:
+        """Cancel the running loop's lookups still in flight and close its channel. (c-ares goes on
+        asking a silent name server for a while after the bound; a process's channels end with it.)"""
+        channel = self._channels.pop(asyncio.get_running_loop(), None)
+        if channel is not None:
+            await channel.close()
+
+
+def _text(addr: tuple[bytes, int] | tuple[bytes, int, int, int]) -> str:
+    """An address c-ares gives, as text; an IPv6 address with its zone index (which refuses it)."""
+    text = addr[0].decode("ascii")
+    return f"{text}%{addr[3]}" if len(addr) > 3 and addr[3] else text
+
+
+# Every partner name's lookup, at onboarding and at delivery, unless a test passes its own.
+system_resolve: Resolve = NameResolver()
 
 
 def parse_partner_url(text: str, *, allow_private: bool) -> URL:
