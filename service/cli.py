@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from service import commands
-from service.db.engine import DatabaseUnreachable, DatabaseUnusable, check_database
+from service.db.engine import DatabaseUnusable, check_database
 from service.db.faults import unavailable
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
@@ -83,6 +83,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs, proxies
     from service.app import create_app
     from service.connections import GuardedProtocol
+    from service.db.clockcheck import check_clock
     from service.discovery.content import ContentError, load_content
     from service.shutdown import deadline_for
 
@@ -97,6 +98,10 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
+    if not args.no_worker:
+        # Its worker's leases are judged by this machine's clock: one too far from the database
+        # server's (other workers' machines) is refused in one line, exit 2 (SQLite: one clock).
+        check_clock(settings.database_url)
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):
         logging.getLogger(__name__).warning(warning)
@@ -313,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DatabaseUnusable as error:
         print(f"error: {error}", file=sys.stderr)
         # Unreachable now may answer in a moment: 1, which the units restart; 2 they do not.
-        return 1 if isinstance(error, DatabaseUnreachable) else 2
+        return 1 if error.passing else 2
     except UnreadableSecret as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

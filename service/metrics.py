@@ -194,6 +194,13 @@ class Metrics:
             ["state"],
             registry=self.registry,
         )
+        self.clock_offset = Gauge(
+            "service_clock_offset_seconds",
+            "This machine's clock less the database server's (positive: ahead), measured at each "
+            "delivery worker heartbeat; NaN until measured (SQLite, or no worker in this process).",
+            registry=self.registry,
+        )
+        self.clock_offset.set(float("nan"))
         self.ready = Gauge(
             "service_ready",
             "1 while this process's /readyz answers 200 (what it needs is reachable), read when scraped.",
@@ -250,6 +257,11 @@ class Metrics:
         """The roster gauges, from what ``service.webhooks.roster`` read at scrape time."""
         self.workers.labels("live").set(live)
         self.workers.labels("silent").set(silent)
+
+    def set_clock_offset(self, seconds: float) -> None:
+        """The clock offset gauge, from what the worker's last heartbeat measured
+        (``service.db.clockcheck``)."""
+        self.clock_offset.set(seconds)
 
     def clear_database_gauges(self) -> None:
         """Drop every gauge read from the database (it could not be read: none is better than stale)."""

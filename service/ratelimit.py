@@ -8,6 +8,13 @@ network of ``SERVICE_RATE_LIMIT_IPV6_PREFIX`` bits (64 by default) around an IPv
 subscriber commonly gets a whole /64 and can rotate through it at will; an IPv4-mapped IPv6
 address (``::ffff:203.0.113.7``) is the IPv4 client it maps. ``SERVICE_WAITLIST_GLOBAL_RATE_LIMIT``,
 when set, is counted once more for every client together.
+
+A request counts against all of its limits or none: one refused by any limit (its client's, the
+global one) spends nothing of the others, so a client refused only while the global limit was
+spent is let in as soon as that limit has room again, and a client over its own limit spends
+nothing of everyone's. In process the limits are tested, then counted, with nothing in between;
+on one Redis server one script call does the same, atomically, in the one round trip a request
+already took (``BatchedHits``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import logging
 import math
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import limits
@@ -176,11 +183,9 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
         current_ttl = (1 - ((now / expiry) % 1)) * expiry + expiry
         return previous_count, previous_ttl, current_count, current_ttl
 
-    def acquire(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
-        """``acquire_sliding_window_entry`` without a coroutine: ``RateLimiter`` calls this directly."""
-        if amount > limit:
-            return False
-        now = self._clock()
+    def _counters_of(self, key: str, limit: int, expiry: int, now: float) -> tuple[str, str]:
+        """The previous and the current window's counters a hit on ``key`` counts in: its own, or
+        while the store is full and it holds none, the overflow counter its newcomers share."""
         previous_key, current_key = self.window_keys(key, expiry, now)
         counts = self._counts
         if self.max_counters is not None and current_key not in counts and previous_key not in counts:
@@ -191,14 +196,41 @@ class WindowCounters(Storage, SlidingWindowCounterSupport):
                 self.overflowed += 1
                 shared = self._overflows[_scope(key), expiry] = _overflow_key(key, limit, expiry)
                 previous_key, current_key = self.window_keys(shared, expiry, now)
-        previous_count, previous_ttl, current_count, _ = self._window(
-            previous_key, current_key, expiry, now
-        )
-        if math.floor(previous_count * previous_ttl / expiry + current_count) + amount > limit:
+        return previous_key, current_key
+
+    def _room(
+        self, previous_key: str, current_key: str, limit: int, expiry: int, amount: int, now: float
+    ) -> bool:
+        """Whether ``amount`` more hits fit under ``limit`` in these counters now (limits' arithmetic)."""
+        previous_count, previous_ttl, current_count, _ = self._window(previous_key, current_key, expiry, now)
+        return math.floor(previous_count * previous_ttl / expiry + current_count) + amount <= limit
+
+    def acquire(self, key: str, limit: int, expiry: int, amount: int = 1) -> bool:
+        """``acquire_sliding_window_entry`` without a coroutine: ``RateLimiter`` calls this directly."""
+        if amount > limit:
+            return False
+        now = self._clock()
+        previous_key, current_key = self._counters_of(key, limit, expiry, now)
+        if not self._room(previous_key, current_key, limit, expiry, amount, now):
             return False
         # Twice the window, as limits does: the counter is still the previous window's next time.
         self._add(current_key, 2 * expiry, amount, now)
         return True
+
+    def acquire_all(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """One hit on each ``(key, limit, expiry)`` of ``hits`` (one request's limits), all or none:
+        None when every limit has room, and each counts it; else the index of the first without,
+        and none counts it. Nothing awaits between the tests and the counting."""
+        now = self._clock()
+        counted: list[tuple[str, int]] = []
+        for at, (key, limit, expiry) in enumerate(hits):
+            previous_key, current_key = self._counters_of(key, limit, expiry, now)
+            if not self._room(previous_key, current_key, limit, expiry, 1, now):
+                return at
+            counted.append((current_key, expiry))
+        for current_key, expiry in counted:
+            self._add(current_key, 2 * expiry, 1, now)
+        return None
 
     async def acquire_sliding_window_entry(
         self, key: str, limit: int, expiry: int, amount: int = 1
@@ -259,17 +291,46 @@ SLIDING_WINDOW_SCRIPT_SHA1 = "e8ac2a60cb040b0dbb56815a1e9c6fd032ce62e7"
 
 # limits' sliding-window script, run once per hit of a batch inside one script call. The script
 # reads its keys and arguments from KEYS and ARGV; as the parameters of a local function those
-# names are each hit's own.
+# names are each hit's own. The hits come grouped by request: ARGV holds, for each request, the
+# number of its hits and then each hit's (limit, expiry, amount); KEYS each hit's previous and
+# current window's counters. A request's hits are counted all or none: once one is refused, the
+# hits of that request already counted are taken back (the counter that one created deleted, the
+# others decremented; a window shifted on the way stays shifted, as the next read would shift it),
+# and the request's answer is the refused hit's number, 0 when all were counted.
 _BATCH_SCRIPT = """
 local function acquire(KEYS, ARGV)
 {script}
 end
-local acquired = {{}}
-for n = 1, #KEYS / 2 do
-    local hit = acquire({{KEYS[2 * n - 1], KEYS[2 * n]}}, {{ARGV[3 * n - 2], ARGV[3 * n - 1], ARGV[3 * n]}})
-    acquired[n] = hit and 1 or 0
+local answers = {{}}
+local k, a = 0, 1
+while a <= #ARGV do
+    local hits = tonumber(ARGV[a])
+    local refused = 0
+    local counted = {{}}
+    for h = 1, hits do
+        local current, at = KEYS[k + 2 * h], a + 3 * h - 2
+        local existed = redis.call('exists', current) == 1
+        if acquire({{KEYS[k + 2 * h - 1], current}}, {{ARGV[at], ARGV[at + 1], ARGV[at + 2]}}) then
+            counted[#counted + 1] = {{current, existed, ARGV[at + 2]}}
+        else
+            refused = h
+            break
+        end
+    end
+    if refused > 0 then
+        for _, hit in ipairs(counted) do
+            if hit[2] then
+                redis.call('decrby', hit[1], hit[3])
+            else
+                redis.call('del', hit[1])
+            end
+        end
+    end
+    answers[#answers + 1] = refused
+    k = k + 2 * hits
+    a = a + 1 + 3 * hits
 end
-return acquired
+return answers
 """
 
 
@@ -314,7 +375,8 @@ class BatchedHits:
     90 to 120 µs of CPU on each call, whatever it carries (measured here). Hits queue while a call is
     out (the group commit of ``service.db.batch``), so a lone hit goes at once and a busy server
     sends many together, as one call of limits' own sliding-window script wrapped in a loop over
-    the hits: 21 µs a hit at 8 hits a call, 9 µs at 32 (a pipeline of one ``EVALSHA`` per hit cost
+    the requests and each one's hits, which it counts all or none (``_BATCH_SCRIPT``): 21 µs a hit
+    at 8 hits a call, 9 µs at 32 (a pipeline of one ``EVALSHA`` per hit cost
     21 µs at 32; ``python -m benchmarks.ratelimit --redis URL`` measures it). The keys and arguments
     are exactly the ones limits' ``acquire_sliding_window_entry`` sends, so counters are shared with
     any process hitting through limits itself (a test holds the two to each other).
@@ -330,7 +392,8 @@ class BatchedHits:
         self._script: Any = self._bridge.get_connection().register_script(
             _BATCH_SCRIPT.format(script=text)
         )
-        self._batch: BatchWriter[tuple[str, int, int], bool] = BatchWriter(
+        # One item per request: its hits, (key, limit, expiry) each.
+        self._batch: BatchWriter[tuple[tuple[str, int, int], ...], int] = BatchWriter(
             self._send, name="rate-limit hits"
         )
 
@@ -340,18 +403,26 @@ class BatchedHits:
     async def close(self) -> None:
         await self._batch.close()
 
-    async def acquire(self, key: str, limit: int, expiry: int) -> bool:
-        return bool(await self._batch.submit((key, limit, expiry)))
+    async def acquire(self, hits: Sequence[tuple[str, int, int]]) -> int | None:
+        """One hit on each ``(key, limit, expiry)`` of ``hits`` (one request's limits), all or none:
+        None when each counted it; else the index of the first that refused, and none counted it."""
+        refused = await self._batch.submit(tuple(hits))
+        return refused - 1 if refused else None
 
-    async def _send(self, hits: list[tuple[str, int, int]]) -> list[bool]:
+    async def _send(self, requests: list[tuple[tuple[str, int, int], ...]]) -> list[int]:
         prefixed, storage = self._bridge.prefixed_key, self._storage
         keys: list[str] = []
         args: list[int] = []
-        for key, limit, expiry in hits:
-            keys += (prefixed(storage._previous_window_key(key)), prefixed(storage._current_window_key(key)))
-            args += (limit, expiry, 1)
-        acquired = await self._script(keys=keys, args=args)
-        return [bool(flag) for flag in acquired]
+        for hits in requests:
+            args.append(len(hits))
+            for key, limit, expiry in hits:
+                keys += (
+                    prefixed(storage._previous_window_key(key)),
+                    prefixed(storage._current_window_key(key)),
+                )
+                args += (limit, expiry, 1)
+        refused = await self._script(keys=keys, args=args)
+        return [int(number) for number in refused]
 
 
 class RateLimiter:
@@ -368,6 +439,10 @@ class RateLimiter:
         self.global_items: list[RateLimitItem] = parse_many(global_limit) if global_limit else []
         self.scope = scope
         self.global_scope = f"{scope}-all"
+        # The default: one limit per client, none global, nothing else's allowance to spare.
+        self._only: RateLimitItem | None = (
+            self.items[0] if len(self.items) == 1 and not self.global_items else None
+        )
         self.ipv6_prefix = settings.rate_limit_ipv6_prefix
         uri = _async_storage_uri(settings.rate_limit_storage)
         options: dict[str, Any] = {}
@@ -404,41 +479,54 @@ class RateLimiter:
             await self._batched.close()
 
     async def hit(self, address: str) -> int | None:
-        """Count one request from ``address``; the seconds to wait when it is over a limit (its
-        client's, or the global one), else None."""
+        """Count one request from ``address`` against its client's limits and the global one, all
+        or none; the seconds to wait when a limit refuses it (the first that does, in that order:
+        then no limit counts it), else None."""
         client = client_key(address, self.ipv6_prefix)
-        counters = self._counters
-        if counters is not None and not self.global_items:
-            # In process and per client only (the default): no coroutine between the route and
-            # the counters, as every registration pays for it.
-            for item in self.items:
-                if not counters.acquire(item.key_for(self.scope, client), item.amount, item.get_expiry()):
-                    stats = await self.strategy.get_window_stats(item, self.scope, client)
-                    return max(1, math.ceil(stats.reset_time - time.time()))
+        counters, only = self._counters, self._only
+        if counters is not None and only is not None:
+            # In process, one limit and none global (the default): no coroutine between the route
+            # and the counter, as every registration pays for it.
+            if counters.acquire(only.key_for(self.scope, client), only.amount, only.get_expiry()):
+                return None
+            return await self._wait(only, self.scope, client)
+        limits = [(item, self.scope, client) for item in self.items]
+        limits += [(item, self.global_scope, GLOBAL_CLIENT) for item in self.global_items]
+        if counters is not None:
+            refused = counters.acquire_all(self._hits(limits))
+        elif self._batched is not None:
+            refused = await self._batched.acquire(self._hits(limits))
+        else:
+            refused = await self._test_then_hit(limits)
+        if refused is None:
             return None
-        wait = await self._hit(self.items, self.scope, client)
-        if wait is None and self.global_items:
-            wait = await self._hit(self.global_items, self.global_scope, GLOBAL_CLIENT)
-        return wait
+        return await self._wait(*limits[refused])
 
-    async def _hit(self, items: list[RateLimitItem], scope: str, client: str) -> int | None:
-        counters, batched = self._counters, self._batched
-        for item in items:
-            if counters is not None:
-                allowed = counters.acquire(item.key_for(scope, client), item.amount, item.get_expiry())
-            elif batched is not None:
-                key = item.key_for(scope, client)
-                allowed = await batched.acquire(key, item.amount, item.get_expiry())
-            else:
-                try:
-                    allowed = await self.strategy.hit(item, scope, client)
-                except Exception:
-                    log.warning("rate-limit hit failed", exc_info=True)
-                    raise
-            if not allowed:
-                stats = await self.strategy.get_window_stats(item, scope, client)
-                return max(1, math.ceil(stats.reset_time - time.time()))
+    @staticmethod
+    def _hits(limits: list[tuple[RateLimitItem, str, str]]) -> list[tuple[str, int, int]]:
+        return [(item.key_for(scope, who), item.amount, item.get_expiry()) for item, scope, who in limits]
+
+    async def _test_then_hit(self, limits: list[tuple[RateLimitItem, str, str]]) -> int | None:
+        """limits' own calls, a round trip each (Redis Sentinel or Cluster): every limit tested, then
+        each hit. Not atomic: a request racing another between the two may still be counted by a
+        limit while another refuses it (the hits' own test), which the tests first make rare."""
+        try:
+            if len(limits) > 1:
+                for at, (item, scope, who) in enumerate(limits):
+                    if not await self.strategy.test(item, scope, who):
+                        return at
+            for at, (item, scope, who) in enumerate(limits):
+                if not await self.strategy.hit(item, scope, who):
+                    return at
+        except Exception:
+            log.warning("rate-limit hit failed", exc_info=True)
+            raise
         return None
+
+    async def _wait(self, item: RateLimitItem, scope: str, who: str) -> int:
+        """The seconds until ``item`` has room again for ``who``, at least 1."""
+        stats = await self.strategy.get_window_stats(item, scope, who)
+        return max(1, math.ceil(stats.reset_time - time.time()))
 
     async def ping(self) -> bool:
         return bool(await self.storage.check())

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import socket
 import sqlite3
@@ -315,9 +316,62 @@ def alembic_config(database_url: str) -> Config:
     return config
 
 
+# The session-level advisory lock processes migrating one PostgreSQL database take turns under
+# (service.db.locks lists the service's advisory locks).
+MIGRATE_LOCK = 0x5E5E_317A
+
+
 def migrate(database_url: str, revision: str = "head") -> None:
-    """Bring the database to ``revision``; safe to run on every start."""
-    command.upgrade(alembic_config(database_url), revision)
+    """Bring the database to ``revision``; safe to run on every start.
+
+    On PostgreSQL processes migrating at once (``serve``, ``worker`` and ``migrate`` started
+    together, each migrating first) take turns under a session-level advisory lock,
+    ``MIGRATE_LOCK``, held on a connection of its own for as long as Alembic migrates on another:
+    the later ones find the schema current and change nothing. The lock ends with its session, so
+    a process killed while migrating leaves it to the next. SQLite has no such lock: processes
+    migrating one new file at once fail but one, each with a line and exit status 1 (the busy
+    database is ``faults.unavailable``), and find the schema current when started again.
+    """
+    config = alembic_config(database_url)
+    if is_sqlite(database_url):
+        command.upgrade(config, revision)
+        return
+
+    async def take_turn(engine: AsyncEngine) -> AsyncConnection:
+        conn = await engine.connect()
+        try:
+            if not await conn.scalar(select(func.pg_try_advisory_lock(MIGRATE_LOCK))):
+                logging.getLogger(__name__).info(
+                    "another process is migrating the database; waiting for it to finish"
+                )
+                await conn.scalar(select(func.pg_advisory_lock(MIGRATE_LOCK)))
+            await conn.commit()  # the lock outlasts the transaction; the session is not left in one
+        except BaseException:
+            await conn.close()
+            raise
+        return conn
+
+    async def end_turn(engine: AsyncEngine, conn: AsyncConnection) -> None:
+        try:
+            with contextlib.suppress(Exception):  # a session gone took its lock with it
+                await conn.scalar(select(func.pg_advisory_unlock(MIGRATE_LOCK)))
+            await conn.close()
+        finally:
+            await engine.dispose()  # closes the session, whatever became of the unlock
+
+    # The lock's connection lives on a loop of its own; Alembic's env runs another (asyncio.run)
+    # in between, on this same thread, while this one waits.
+    with asyncio.Runner() as runner:
+        engine = create_engine(database_url)
+        try:
+            held = runner.run(take_turn(engine))
+        except BaseException:
+            runner.run(engine.dispose())
+            raise
+        try:
+            command.upgrade(config, revision)
+        finally:
+            runner.run(end_turn(engine, held))
 
 
 async def migrate_async(database_url: str) -> None:
@@ -327,13 +381,17 @@ async def migrate_async(database_url: str) -> None:
 
 class DatabaseUnusable(Exception):
     """The database cannot be used as configured (absent, refusing the role, a newer schema):
-    nothing starts, and starting again will not help (exit status 2)."""
+    nothing starts, and starting again will not help (exit status 2), unless ``passing``."""
+
+    passing = False  # a start a moment later may work: exit status 1, which the units restart
 
 
 class DatabaseUnreachable(DatabaseUnusable):
     """The database does not answer now (down, restarting, failing over, its file locked past the
     busy timeout): nothing starts, but a start a moment later may (exit status 1, which the units
     restart)."""
+
+    passing = True
 
 
 # PostgreSQL's SQLSTATE classes a start cannot get past (the PostgreSQL manual, "Errcodes").

@@ -16,6 +16,11 @@ stuck while others already wait is ended within about twice the bound. No health
 a worker waits on its client that long: its statements are answered in milliseconds and its idle
 moments are cut at the same bound by the server. Past ``WAIT_AT_MOST_S`` in all it gives up, as a
 single wait would have at the command timeout.
+
+The service's advisory keys, one per purpose: ``webhooks.claim.CLAIM_LOCK`` and
+``webhooks.batching.FORM_LOCK`` (transaction-scoped, taken here), and ``engine.MIGRATE_LOCK``
+(session-level, held by ``engine.migrate`` on a connection of its own while migrations run, so
+processes migrating together take turns; it cannot live here, as this module imports the engine).
 """
 
 from __future__ import annotations

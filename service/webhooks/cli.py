@@ -269,10 +269,14 @@ async def _work(settings: Settings, args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     from service import logs
+    from service.db.clockcheck import check_clock
     from service.db.engine import check_database
 
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
+    # Leases are judged by this machine's clock: one too far from the database server's (other
+    # workers' machines) is refused in one line, exit 2 (SQLite: one machine, one clock).
+    check_clock(settings.database_url)
     logs.configure()  # JSON lines on stderr, like serve
     commands.migrate_schema(settings.database_url)  # a schema newer than this release: one line, exit 2
     return eventloop.run(_work(settings, args))  # serve's loop: uvloop where installed

@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.audit import audited, note, reports, unaudited
 from service.clock import Clock, format_timestamp
+from service.db.faults import once_more_if_rolled_back
 from service.events import parse_event
 from service.exceptions import InvalidInput, StateConflict, UnknownResource, invalid
 from service.ids import IdSource, new_id
@@ -261,9 +262,19 @@ class Operations:
         return partner.public(self.clock())
 
     async def remove(self, partner_id: str) -> Document:
-        """Remove a partner: its secrets go, its undelivered deliveries are cancelled, never sent."""
-        async with self.engine.begin() as conn:
-            cancelled = await partners.remove_partner(conn, partner_id, now=self.clock())
+        """Remove a partner: its secrets go, its undelivered deliveries are cancelled, never sent.
+
+        On PostgreSQL the removal locks the partner's row, then its deliveries; a worker's turn
+        locks the deliveries it settles, then their partners' rows. Meeting in between, the two
+        deadlock and PostgreSQL ends one of them: when it is the removal, it runs once more (the
+        turn has gone on, and the removal waits for it); a second deadlock answers 503
+        (``service.db.faults``). ``partners.remove_partner`` says why the order stays as it is."""
+
+        async def removal() -> int | None:
+            async with self.engine.begin() as conn:
+                return await partners.remove_partner(conn, partner_id, now=self.clock())
+
+        cancelled = await once_more_if_rolled_back(removal, "removing a partner")
         if cancelled is None:
             raise unknown_partner()
         return {"partnerId": partner_id, "cancelled": cancelled}

@@ -19,24 +19,37 @@ an hour's worth, what the worker finds each hour, a moment. On PostgreSQL the wr
 first, so a replay racing the pruning waits for one batch and then finds its delivery gone or
 untouched. The worker passes its own transaction lock, so its deliveries' bookkeeping waits for one
 batch at most.
+
+Each pass first cancels what a removed partner was left waiting (``cancel_stranded``): a publish
+that read the partner as active just before its removal committed stores its delivery after the
+removal cancelled the rest (``partners.remove_partner``). Nothing sends, cancels or prunes such a
+row (claims take active partners only), and the queue gauges would count it for ever. It becomes
+``cancelled``, as the removal would have made it, and is pruned a retention later. The removed
+partners are few and each one's waiting rows are read through the partial indexes of waiting rows
+(``ix_deliveries_partner_claimable``, ``ix_deliveries_batching``), so the pass costs a few index
+probes an hour and delivery nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, delete, exists, select, tuple_
+from sqlalchemy import ColumnElement, Integer, bindparam, delete, exists, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service.db.engine import brief_transaction
 from service.db.rooms import ROOM_KINDS, room_of
-from service.db.tables import deliveries, delivery_attempts, events
-from service.states import SETTLED
+from service.db.tables import BATCHING, CLAIMABLE_WHERE, deliveries, delivery_attempts, events, partners
+from service.states import SETTLED, DeliveryStatus, PartnerStatus
+from service.webhooks.partners import UNDELIVERED
+
+log = logging.getLogger(__name__)
 
 BATCH = 500  # rows per transaction: a few milliseconds of the write lock
 DUTY = 0.2  # the share of the time pruning works; it rests the remainder (benchmarks/prune.py)
@@ -49,6 +62,7 @@ class Pruned:
     deliveries: int = 0
     attempts: int = 0
     events: int = 0
+    cancelled: int = 0  # waiting deliveries of removed partners cancelled (cancel_stranded)
 
     def document(self) -> dict[str, int]:
         return {"deliveries": self.deliveries, "attempts": self.attempts, "events": self.events}
@@ -95,22 +109,101 @@ async def prune(
     lock: asyncio.Lock | None = None,
     duty: float = DUTY,
 ) -> Pruned:
-    """Delete settled deliveries, their attempts and delivery-less events older than ``older_than``.
+    """Cancel what removed partners were left waiting (``cancel_stranded``), then delete settled
+    deliveries, their attempts and delivery-less events older than ``older_than``.
 
     Each batch is one transaction, taken under ``lock`` when given; between batches it rests so
     that it works ``duty`` of the time.
     """
     if batch < 1:
         raise ValueError("batch must be at least 1")
+    pruned = Pruned()
+    pacer = _Pacer(duty)
+    pruned.cancelled = await cancel_stranded(engine, now=now, batch=batch, lock=lock, pacer=pacer)
     try:
         cutoff = now - older_than
     except OverflowError:  # before the year 1: nothing stored is that old
-        return Pruned()
-    pruned = Pruned()
-    pacer = _Pacer(duty)
+        return pruned
     await _prune_deliveries(engine, cutoff, pruned, batch=batch, lock=lock, pacer=pacer)
     await _prune_events(engine, cutoff, pruned, batch=batch, lock=lock, pacer=pacer)
     return pruned
+
+
+# The removed partners: never pruned, so this lists every partner ever removed (a few rows).
+_REMOVED = select(partners.c.id).where(partners.c.status == PartnerStatus.REMOVED).order_by(partners.c.id)
+_EVER = datetime(1, 1, 1, tzinfo=UTC)  # before every row's next_attempt_at
+# A partner's waiting rows, each set read through its partial index: the index's own predicate, as
+# literal text, lets both planners use it. The range on the index's second column changes no answer
+# (every row is due after _EVER); without it SQLite reads the partner's rows by the table's key
+# (partner_id, id), its whole history, as service.webhooks.stats explains for the gauges.
+_STRANDED = tuple(
+    select(deliveries.c.id)
+    .where(deliveries.c.partner_id == bindparam("b_partner"), waiting, deliveries.c.next_attempt_at >= _EVER)
+    .limit(bindparam("b_limit", type_=Integer()))
+    for waiting in (CLAIMABLE_WHERE, BATCHING)  # pending and delivering; batching
+)
+# As partners.remove_partner leaves them.
+_CANCELLED = {"status": DeliveryStatus.CANCELLED, "claim_token": None, "claimed_until": None}
+
+
+async def cancel_stranded(
+    engine: AsyncEngine,
+    *,
+    now: datetime,
+    batch: int = BATCH,
+    lock: asyncio.Lock | None = None,
+    pacer: _Pacer | None = None,
+) -> int:
+    """Cancel the deliveries of removed partners still waiting to be sent, and the members of
+    any batch among them; how many rows were cancelled.
+
+    Candidates are read first (outside ``lock``), ``batch`` at a time, and the write cancels only
+    those still waiting, in one transaction under ``lock``.
+    """
+    pacer = pacer or _Pacer(DUTY)
+    async with engine.connect() as conn:
+        removed = list(await conn.scalars(_REMOVED))
+    cancelled = 0
+    while removed:
+        ids: list[str] = []
+        still: list[str] = []  # the partners that may have more waiting: read again after the write
+        async with engine.connect() as conn:
+            for partner_id in removed:
+                found = 0
+                for stranded in _STRANDED:
+                    if len(ids) < batch:
+                        params = {"b_partner": partner_id, "b_limit": batch - len(ids)}
+                        rows = list(await conn.scalars(stranded, params))
+                        ids += rows
+                        found += len(rows)
+                if found or len(ids) >= batch:
+                    still.append(partner_id)
+        if not ids:
+            break
+        async with _held(lock), brief_transaction(engine) as conn:
+            values = {**_CANCELLED, "updated_at": now}
+            # A batch's members first: they name the batch, which stays waiting until the next statement.
+            members = await conn.execute(
+                update(deliveries)
+                .where(deliveries.c.batch_id.in_(ids), deliveries.c.status == DeliveryStatus.BATCHED)
+                .values(**values)
+            )
+            waiting = await conn.execute(
+                update(deliveries)
+                .where(deliveries.c.id.in_(ids), deliveries.c.status.in_(UNDELIVERED))
+                .values(**values)
+            )
+        cancelled += members.rowcount + waiting.rowcount
+        removed = still
+        if len(ids) < batch:
+            break
+        await pacer.rest()
+    if cancelled:
+        log.warning(
+            "cancelled deliveries left waiting for removed partners (a publish raced a removal)",
+            extra={"cancelled": cancelled},
+        )
+    return cancelled
 
 
 async def _prune_deliveries(

@@ -41,9 +41,13 @@ seconds for due retries. An attempt counts (``logged``, metrics, logs) once its 
 
 Beside the loop, ``run()`` keeps the worker's row in the roster (``service.webhooks.roster``):
 written when it starts and every ``roster.HEARTBEAT`` by the injected clock, deleted when it stops;
-a failed write is logged and tried at the next beat. It also prunes what is past the retention
-(``service.webhooks.retention``): a minute after it starts, then hourly by the injected clock, in
-batches under the bookkeeper's own transaction lock, so delivery waits for one short batch at most.
+a failed write is logged and tried at the next beat. Each beat also measures the injected clock
+against the database server's on the beat's own connection (``service.db.clockcheck``): the offset
+is the gauge ``service_clock_offset_seconds``, and a warning is logged once when it passes what the
+leases absorb (``clockcheck.BOUND``), a line again when it comes back. It also prunes what is past
+the retention (``service.webhooks.retention``): a minute after it starts, then hourly by the
+injected clock, in batches under the bookkeeper's own transaction lock, so delivery waits for one
+short batch at most.
 A failed pruning is logged and tried again an hour later; it never stops delivery. ``drain()``
 does neither.
 
@@ -66,11 +70,13 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service import eventloop
 from service.clock import Clock
+from service.db import clockcheck
 from service.db.engine import ConnectionLost, HeldConnection
 from service.db.writer import refused_rows
 from service.keyring import Keyring
@@ -88,6 +94,7 @@ from service.webhooks.send import Sender
 from service.webhooks.settle import Settlement
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Attempts in flight per worker, each a sender task and a connection slot. Well above any one
 # partner's cap (SERVICE_WEBHOOK_MAX_IN_FLIGHT, 8 by default): fifty partners hanging at their cap
@@ -228,6 +235,10 @@ class Worker:
         self.next_prune: datetime | None = None  # by the clock; set when run() starts
         self.pruned = asyncio.Event()  # set after each pruning, done or failed (for tests)
         self.last_turn = time.monotonic()  # when the bookkeeper last turned (the worker's /healthz)
+        # The clock against the database server's, as the last heartbeat measured it (seconds, None
+        # until measured, and on SQLite); whether it was past clockcheck.BOUND (warned once).
+        self.clock_offset: float | None = None
+        self._clock_skewed = False
         self.failing = False  # the last transaction failed (the server's and worker's /readyz)
         self._task: asyncio.Task[int] | None = None
         self._stopping = False
@@ -434,7 +445,7 @@ class Worker:
 
     async def _beat_regularly(self) -> None:
         """Write this run's row in the roster now, then every ``roster.HEARTBEAT`` by the clock
-        (looked at every ``poll_interval`` seconds)."""
+        (looked at every ``poll_interval`` seconds), measuring the clock at each beat."""
         started = self.clock()
         presence = roster.Presence(
             id=self.holder,
@@ -452,18 +463,51 @@ class Worker:
             now = self.clock()
             if now >= next_beat:
                 presence = replace(presence, attempts=self.logged - self._run_logged_from, seen_at=now)
-                await self._on_roster(functools.partial(roster.beat, presence=presence))
+                offset = await self._on_roster(functools.partial(self._beat, presence=presence))
+                if offset is not None:
+                    self._clock_measured(offset)
                 next_beat = now + roster.HEARTBEAT
             await asyncio.sleep(self.poll_interval)
 
-    async def _on_roster(self, write: Callable[[AsyncConnection], Awaitable[None]]) -> None:
-        """One short transaction on the roster, between the bookkeeper's; a failure is logged, and
-        delivery goes on."""
+    async def _beat(self, conn: AsyncConnection, presence: roster.Presence) -> clockcheck.Offset | None:
+        """One beat, and the clock measured on its connection (a few ``SELECT clock_timestamp()``
+        every ``roster.HEARTBEAT``; nothing on SQLite)."""
+        await roster.beat(conn, presence=presence)
+        return await clockcheck.measure(conn, self.clock)
+
+    def _clock_measured(self, offset: clockcheck.Offset) -> None:
+        """Report the offset, and say when it passes what the leases absorb (a warning, once) and
+        when it comes back within it."""
+        self.clock_offset = offset.seconds
+        if self.metrics is not None:
+            self.metrics.set_clock_offset(offset.seconds)
+        if offset.past_bound and not self._clock_skewed:
+            log.warning(
+                "this machine's clock is %s; delivery leases absorb at most %g s, so another worker "
+                "could send deliveries this one is still sending (or this one theirs): %s",
+                offset.describe(),
+                clockcheck.BOUND,
+                clockcheck.FIX,
+                extra={"clock_offset_seconds": round(offset.seconds, 3)},
+            )
+        elif self._clock_skewed and not offset.past_bound:
+            log.info(
+                "this machine's clock is back within %g s of the database server's (%s)",
+                clockcheck.BOUND,
+                offset.describe(),
+                extra={"clock_offset_seconds": round(offset.seconds, 3)},
+            )
+        self._clock_skewed = offset.past_bound
+
+    async def _on_roster(self, write: Callable[[AsyncConnection], Awaitable[T]]) -> T | None:
+        """One short transaction on the roster, between the bookkeeper's; what ``write`` returned,
+        or None: a failure is logged, and delivery goes on."""
         try:
             async with self._db_lock, self.engine.begin() as conn:
-                await write(conn)
+                return await write(conn)
         except Exception as error:
             log.warning("the worker roster could not be written: %s", type(error).__name__)
+            return None
 
     async def prune(self, duty: float = retention.DUTY) -> retention.Pruned | None:
         """One pruning, under the bookkeeper's lock batch by batch; None (and an error line) if it
