@@ -228,6 +228,19 @@ async def record(
     return effects(records, standing, breaker)
 
 
+async def claims(conn: AsyncConnection, delivery_ids: Sequence[str]) -> set[tuple[str, str | None]]:
+    """Each of the deliveries with the claim token it holds now (None: unclaimed), in the caller's
+    transaction (one SELECT). ``record`` settles a delivery only under its record's token, but logs
+    the attempt and moves the partner's circuit whatever it finds: a record whose delivery no
+    longer holds its token (settled already, or cancelled) must not be recorded. The worker asks
+    only for records a failed turn put back, whose commit may have landed with its answer lost
+    (``Worker._still_claimed``)."""
+    found = await conn.execute(
+        select(deliveries.c.id, deliveries.c.claim_token).where(deliveries.c.id.in_(delivery_ids))
+    )
+    return {(delivery_id, token) for delivery_id, token in found}
+
+
 _FOLLOW = (
     update(deliveries)
     .where(deliveries.c.batch_id == bindparam("b_batch"), deliveries.c.status == bindparam("b_from"))

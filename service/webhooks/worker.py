@@ -55,6 +55,9 @@ Bookkeeping survives what partners send back: a batch the database refuses is lo
 attempt, an attempt refused alone is logged once more without its response excerpt, and one
 refused even so is dropped with an error line (its claim expires and it is sent again). Nothing is
 retried forever: records whose lease ran out while the database was unreachable are dropped too.
+A failed turn's commit may have landed with only its answer lost: the next turn first reads which
+of the records put back still have their deliveries' claims (``_still_claimed``), and logs only
+those, so no attempt is logged or counted against its partner twice.
 """
 
 from __future__ import annotations
@@ -255,6 +258,9 @@ class Worker:
         self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
         self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait)
         self._records: list[Settlement] = []
+        # The deliveries of the records a failed turn put back in ``_records``: its commit may have
+        # landed and settled them (``_still_claimed``).
+        self._uncertain: set[str] = set()
         self._first_record_at = 0.0
         self._expired: list[Job] = []
         self._in_flight = 0
@@ -603,12 +609,15 @@ class Worker:
         """Log what finished, hand back what expired, claim up to ``claim`` more: one transaction.
         The attempts logged, and the claimed deliveries."""
         records, self._records = self._records, []
+        uncertain, self._uncertain = self._uncertain, set()
         expired, self._expired = self._expired, []
         if not records and not expired and not claim:
             return 0, []
         answering, self._answering = self._answering, set()
         try:
             async with self._db_lock, self.connection.transaction() as conn:
+                if uncertain:
+                    records = await self._still_claimed(conn, records, uncertain)
                 effects = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
@@ -622,7 +631,10 @@ class Worker:
                 self._expired[:0] = expired
                 _, jobs = await self._turn(claim)
                 return len(records), jobs
-            self._records[:0] = records  # logged next turn; their claims hold meanwhile
+            # Logged next turn, their claims holding meanwhile. The commit may have landed even so,
+            # its answer lost: the next turn first looks which still hold their claims.
+            self._records[:0] = records
+            self._uncertain = {record.job.delivery_id for record in records}
             self._expired[:0] = expired
             self._answering |= answering
             raise
@@ -647,6 +659,32 @@ class Worker:
             max_slots=self.max_slots,
             clock=self.clock,
         )
+
+    async def _still_claimed(
+        self, conn: AsyncConnection, records: list[Settlement], uncertain: set[str]
+    ) -> list[Settlement]:
+        """``records`` less those a failed turn put back (their deliveries ``uncertain``) whose
+        delivery no longer holds the claim they were made under: that turn's commit landed and only
+        its answer was lost, or the delivery was settled or cancelled since. Logged again, their
+        attempts would be logged twice, and counted twice against their partners' circuits."""
+        unsure = [record.job.delivery_id for record in records if record.job.delivery_id in uncertain]
+        if not unsure:
+            return records  # dropped meanwhile (their leases ran out)
+        claims = await settle.claims(conn, unsure)
+        kept: list[Settlement] = []
+        gone: list[Settlement] = []
+        for record in records:
+            job = record.job
+            held = job.delivery_id not in uncertain or (job.delivery_id, job.claim_token) in claims
+            (kept if held else gone).append(record)
+        if gone:
+            log.info(
+                "attempts put back after a failed turn no longer hold their claims (its commit "
+                "landed, or their deliveries were settled since); not logged again",
+                extra={"attempts": len(gone)},
+            )
+            self._hold_back(gone, ())  # their slots are free, as if logged
+        return kept
 
     async def _record_apart(self, records: Sequence[Settlement]) -> None:
         """Log each record in a transaction of its own; one the database refuses is tried once

@@ -1,0 +1,161 @@
+"""A failed turn's attempts are logged once. The worker puts a failed turn's records back for the
+next turn; when the turn failed after its COMMIT landed (the connection cut before the answer came
+back), its attempts are logged already, and logging them again wrote a second attempt row for each
+and counted each failure twice against the partner's circuit. The next turn now first reads which
+of those deliveries still hold the claims the records were made under, and logs only those: a turn
+that failed before its COMMIT still holds them, and its attempts are logged as before.
+
+The cut is the worker's held connection, made to fail the first turn that logs attempts just after
+its COMMIT, or just before it, with ``ConnectionLost`` (what a held connection cut at COMMIT
+raises): the worker turns again at once. The partner answers 500 to everything; the test clock does
+not move, so the retries are never due, and nothing sleeps."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import pytest
+from sqlalchemy import event, func, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from webhook_helpers import Receiver, Reply, room_claimed, settings
+
+from service.clock import ManualClock
+from service.db.engine import ConnectionLost, HeldConnection, create_engine
+from service.db.tables import deliveries, delivery_attempts, partners
+from service.events import parse_event
+from service.keyring import load_keyring
+from service.settings import Settings
+from service.webhooks import outbox, settle, wiring
+from service.webhooks.partners import NewPartner, create_partner
+from service.webhooks.settle import Settlement
+
+EVENTS = 3  # fewer than the failures that open a circuit (5): each one counts
+
+
+class _Cut(HeldConnection):
+    """The worker's held connection, cutting the first transaction that logs attempts (``logging``,
+    set by the test) once: ``after`` its COMMIT, which lands, or before it, which never comes."""
+
+    def __init__(self, engine: AsyncEngine, *, after: bool) -> None:
+        super().__init__(engine)
+        self.after = after
+        self.logging = False
+        self.cut = False
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[AsyncConnection]:
+        async with super().transaction() as conn:
+            yield conn
+            if not self.after and self._due():
+                raise ConnectionLost("cut before COMMIT")
+        if self.after and self._due():
+            raise ConnectionLost("cut after COMMIT: the answer was lost")
+
+    def _due(self) -> bool:
+        due = self.logging and not self.cut
+        self.cut |= due
+        return due
+
+
+class Outcome:
+    def __init__(self) -> None:
+        self.logged: list[list[str]] = []  # the deliveries settle.record logged, call by call
+        self.reads = 0  # statements that read the deliveries' claim tokens
+        self.sent: Counter[str] = Counter()  # requests per delivery
+        self.rows: Counter[str] = Counter()  # attempt rows per delivery
+        self.settled: list[tuple[str, int]] = []  # each delivery's status and attempts
+        self.failures = 0  # the partner's consecutive_failures
+
+
+def _reads_claims(statement: str) -> bool:
+    """Whether a statement reads claim tokens: a SELECT returning ``deliveries.claim_token``."""
+    columns = statement.partition("FROM")[0]
+    return columns.lstrip().upper().startswith("SELECT") and "deliveries.claim_token" in columns
+
+
+async def _run(
+    database_url: str, clock: ManualClock, *, after: bool, monkeypatch: pytest.MonkeyPatch
+) -> Outcome:
+    outcome = Outcome()
+    config = Settings(database_url=database_url, **settings())
+    engine = create_engine(database_url)
+    record = settle.record
+
+    async def noted(conn: AsyncConnection, records: Sequence[Settlement], **options: Any) -> Any:
+        if records:
+            outcome.logged.append([settled.job.delivery_id for settled in records])
+            cut.logging = True
+        return await record(conn, records, **options)
+
+    def statement(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
+        outcome.reads += _reads_claims(sql)
+
+    monkeypatch.setattr(settle, "record", noted)
+    cut = _Cut(engine, after=after)
+    try:
+        with Receiver(Reply(status=500)) as receiver:
+            async with engine.begin() as conn:
+                new = NewPartner("p", receiver.url("/p"), None, EVENTS)
+                await create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+            for index in range(EVENTS):
+                await outbox.publish_event(
+                    engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
+                )
+            event.listen(engine.sync_engine, "before_cursor_execute", statement)
+            async with wiring.worker(engine, config, clock=clock, concurrency=4) as worker:
+                worker.connection = cut
+                await worker.drain()
+            event.remove(engine.sync_engine, "before_cursor_execute", statement)
+            outcome.sent = Counter(request.headers["webhook-id"] for request in receiver.requests)
+        async with engine.connect() as conn:
+            outcome.rows = Counter((await conn.scalars(select(delivery_attempts.c.delivery_id))).all())
+            found = await conn.execute(select(deliveries.c.status, deliveries.c.attempts))
+            outcome.settled = [(str(status), attempts) for status, attempts in found]
+            outcome.failures = await conn.scalar(select(func.max(partners.c.consecutive_failures))) or 0
+    finally:
+        await engine.dispose()
+    assert cut.cut, "no turn logged attempts"
+    return outcome
+
+
+def test_a_turn_whose_commit_landed_but_whose_answer_was_lost_is_not_logged_again(
+    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first turn that logs attempts commits, and its answer is lost: its records are put back,
+    and the next turn finds their deliveries settled (no claim token left) and drops them, with an
+    INFO line. Each attempt sent has one row, and the partner's failures in a row are the real
+    ones. Before, the next turn logged them again: two rows for each, and each failure counted twice
+    (a circuit would open after half the failures it is set to)."""
+    with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
+        outcome = asyncio.run(_run(database_url, clock, after=True, monkeypatch=monkeypatch))
+    assert sum(outcome.sent.values()) == EVENTS and set(outcome.sent.values()) == {1}
+    assert outcome.rows == outcome.sent
+    assert outcome.failures == EVENTS
+    assert outcome.settled == [("pending", 1)] * EVENTS  # retries, due when the clock has moved
+    lost, later = outcome.logged[0], [delivery for logged in outcome.logged[1:] for delivery in logged]
+    assert not set(lost) & set(later), "attempts whose commit landed went to settle.record again"
+    dropped = [entry for entry in caplog.records if "not logged again" in entry.getMessage()]
+    assert [entry.__dict__["attempts"] for entry in dropped] == [len(lost)]
+    assert outcome.reads == 1  # by the turn after the cut, and by no other
+
+
+def test_a_turn_that_failed_before_its_commit_is_logged_once_by_the_next_after_reading_its_claims(
+    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first turn that logs attempts is cut before its COMMIT: rolled back, its deliveries still
+    hold their claims, and the next turn logs every one of its records, once, after one read of
+    their claims (no other turn reads them: a turn that follows no failure costs nothing more).
+    Without that read a turn whose commit landed logged its attempts again (the test above)."""
+    outcome = asyncio.run(_run(database_url, clock, after=False, monkeypatch=monkeypatch))
+    assert sum(outcome.sent.values()) == EVENTS and set(outcome.sent.values()) == {1}
+    assert outcome.rows == outcome.sent
+    assert outcome.failures == EVENTS
+    assert outcome.settled == [("pending", 1)] * EVENTS
+    failed, next_turn = outcome.logged[0], outcome.logged[1]
+    assert set(failed) <= set(next_turn), "records of a turn rolled back were not logged by the next"
+    assert outcome.reads == 1
