@@ -34,10 +34,9 @@ EVENTS = 6
 async def _drained(
     database_url: str, clock: ManualClock, receiver: Receiver
 ) -> tuple[list[int], list[tuple[datetime, datetime]], float]:
-    """Drain EVENTS deliveries to one partner at cap 2, twice (a drain ends once its claim comes
-    back short: deliveries it handed back unsent wait for the next drain, as a running worker's
-    would for its next poll); the attempts each drain logged, and for each attempt made, the clock's time as
-    it started and its lease's end; and the lease in seconds."""
+    """Drain EVENTS deliveries to one partner at cap 2, twice (the second finds nothing left: a
+    drain claims again what it handed back unsent); the attempts each drain logged, and for each
+    attempt made, the clock's time as it started and its lease's end; and the lease in seconds."""
     config = Settings(database_url=database_url, **settings(receiver_timeout=TIMEOUT))
     engine = create_engine(database_url)
     async with engine.begin() as conn:
@@ -69,8 +68,9 @@ def test_a_claim_that_comes_back_with_less_than_an_attempt_left_is_handed_back_u
 ) -> None:
     """The first claim takes 7.5 s of its 9 s lease to come back (a commit or a write lock waited,
     after the lease was counted): its jobs have less than an attempt's timeout left, so none is
-    sent; they are handed back and go out under the next claim. Every attempt starts with a
-    timeout and a second to spare, and every delivery is sent once. Before, the start-by moment
+    sent; they are handed back and go out under the next claim, in the same drain (a worker that
+    has handed deliveries back claims again, however short its last claim came back). Every attempt
+    starts with a timeout and a second to spare, and every delivery is sent once. Before, the start-by moment
     was counted from the commit: the jobs went out with 1.5 s of lease left for a 2 s attempt."""
     claim_due = claim_module.claim_due
     calls: list[int] = []
@@ -90,7 +90,7 @@ def test_a_claim_that_comes_back_with_less_than_an_attempt_left_is_handed_back_u
     assert calls[0] > 0  # the slow claim took jobs, and none of them went out
     left = [(until - at).total_seconds() for at, until in started]
     assert min(left) >= TIMEOUT + 1, f"attempts started with {sorted(left)} s of their lease left"
-    assert logged == [0, EVENTS]  # the first drain handed its claim back unsent
+    assert logged == [EVENTS, 0]  # handed back unsent, then claimed again by the same drain
     assert len(started) == len(sent) == EVENTS
     assert set(sent.values()) == {1}
 

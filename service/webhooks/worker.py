@@ -640,6 +640,8 @@ class Worker:
             raise
         self._delivered_last = _delivering(records)
         self._answering |= self._delivered_last
+        if expired:
+            self._drained = False  # what it handed back is claimable again (a claim after it says)
         changes = settle.changes(effects)
         self._counted(records, changes)
         self._hold_back(records, changes)
