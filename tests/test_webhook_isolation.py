@@ -20,13 +20,14 @@ from webhook_helpers import (
     onboard,
     publish,
     room_claimed,
+    seed_outbox,
     settings,
 )
 
 from service.db.engine import create_engine
 from service.db.tables import delivery_attempts
 from service.events import parse_event
-from service.keyring import Keyring, load_keyring
+from service.keyring import load_keyring
 from service.settings import Settings
 from service.states import AttemptOutcome
 from service.webhooks import claim as claim_module
@@ -40,23 +41,9 @@ HANG = 2.5  # seconds a hanging partner sits on each request: past the attempt t
 TIMEOUT = 2.0
 
 
-async def _setup(
-    engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int, keyring: Keyring
-) -> None:
-    async with engine.begin() as conn:
-        for name, url, cap in targets:
-            await partners.create_partner(
-                conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
-            )
-    for index in range(events):
-        await outbox.publish_event(
-            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
-        )
-
-
 async def _claimed(engine: Any, clock: Any, partner: str, count: int) -> list[Job]:
     """``count`` deliveries for one new partner, claimed."""
-    await _setup(engine, clock, [(partner, "https://partner.example/hook", None)], count, fixed_keyring())
+    await seed_outbox(engine, clock, [(partner, "https://partner.example/hook", None)], count, fixed_keyring())
     async with engine.begin() as conn:
         return await claim_due(
             conn, now=clock(), limit=count, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
@@ -110,7 +97,7 @@ def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock:
             engine = create_engine(database_url)
             stuck_partners = [(f"stuck {n}", stuck.url(f"/p{n}"), None) for n in range(hanging)]
             targets = [("healthy", healthy.url(), None), *stuck_partners]
-            await _setup(engine, clock, targets, events, load_keyring(config))
+            await seed_outbox(engine, clock, targets, events, load_keyring(config))
             worker = wiring.worker(engine, config, clock=clock)
             await worker.start()
             try:
@@ -133,7 +120,7 @@ def test_the_cap_holds_across_workers_claiming_at_once(database_url: str, clock:
 
     async def scenario() -> list[int]:
         engines = [create_engine(database_url) for _ in range(2)]
-        await _setup(engines[0], clock, [("capped", "https://partner.example/hook", 3)], 20, fixed_keyring())
+        await seed_outbox(engines[0], clock, [("capped", "https://partner.example/hook", 3)], 20, fixed_keyring())
 
         async def claim(engine: Any) -> int:
             async with engine.begin() as conn:
@@ -189,7 +176,7 @@ def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url
 
     async def scenario() -> list[list[int]]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("capped", "https://partner.example/hook", 3)], 40, fixed_keyring())
+        await seed_outbox(engine, clock, [("capped", "https://partner.example/hook", 3)], 40, fixed_keyring())
 
         async def claim(holder: str) -> list[Job]:
             return await _claim_ahead(engine, clock, holder, depth=4, lease=lease)
@@ -228,7 +215,7 @@ def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock:
     async def scenario() -> list[dict[str, int]]:
         engine = create_engine(database_url)
         targets = [("fast", "https://fast.example/hook", 2), ("slow", "https://slow.example/hook", 2)]
-        await _setup(engine, clock, targets, 20, fixed_keyring())
+        await seed_outbox(engine, clock, targets, 20, fixed_keyring())
         async with engine.begin() as conn:
             ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
         names = {partner_id: name for name, partner_id in ids.items()}
@@ -283,7 +270,7 @@ def test_with_none_deep_a_partner_with_a_larger_cap_still_gets_its_slots(
         engine = create_engine(database_url)
         targets = [("wide", "https://wide.example/hook", 20)]
         targets += [(f"p{n}", f"https://p{n}.example/hook", None) for n in range(3)]
-        await _setup(engine, clock, targets, 30, fixed_keyring())
+        await seed_outbox(engine, clock, targets, 30, fixed_keyring())
         async with engine.begin() as conn:
             names = {row.id: row.name for row in await conn.execute(select(partners.partners))}
         jobs = await _claim_ahead(
@@ -304,8 +291,8 @@ def test_a_claim_short_of_its_limit_while_shares_held_it_back_takes_the_rest(
     async def scenario() -> dict[str, int]:
         engine = create_engine(database_url)
         targets = [(name, f"https://{name}.example/hook", 10) for name in ("few", "many", "more")]
-        await _setup(engine, clock, targets[1:], 10, fixed_keyring())
-        await _setup(engine, clock, targets[:1], 1, fixed_keyring())  # its one event goes to all three
+        await seed_outbox(engine, clock, targets[1:], 10, fixed_keyring())
+        await seed_outbox(engine, clock, targets[:1], 1, fixed_keyring())  # its one event goes to all three
         async with engine.begin() as conn:
             ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
         lease = timedelta(seconds=30)
@@ -389,7 +376,7 @@ def test_a_reply_with_nul_and_control_bytes_is_stored_clean(database_url: str, c
             engine = create_engine(database_url)
             config = Settings(database_url=database_url, **settings())
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
-            await _setup(engine, clock, targets, 5, load_keyring(config))
+            await seed_outbox(engine, clock, targets, 5, load_keyring(config))
             async with wiring.worker(engine, config, clock=clock) as worker:
                 assert await worker.drain() == 10
             async with engine.connect() as conn:
@@ -610,7 +597,7 @@ def test_a_row_the_database_refuses_is_stored_without_it(
         async def scenario() -> list[tuple[str | None, str]]:
             engine = create_engine(postgres_database)
             targets = [("hostile", hostile.url(), None), ("healthy", healthy.url(), None)]
-            await _setup(engine, clock, targets, 3, keyring)
+            await seed_outbox(engine, clock, targets, 3, keyring)
             config = Settings(database_url=postgres_database, **settings())
             async with wiring.worker(engine, config, clock=clock, keyring=keyring) as worker:
                 await worker.drain()
@@ -738,7 +725,7 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 
     async def scenario() -> tuple[list[Any], list[Any], tuple[Any, ...]]:
         engine = create_engine(database_url)
-        await _setup(
+        await seed_outbox(
             engine, clock, [("recovering", "https://partner.example/hook", None)], 2, fixed_keyring()
         )
         async with engine.begin() as conn:
@@ -863,7 +850,7 @@ def test_postgres_settles_delivered_attempts_by_primary_key_beside_many_live_cla
 
     async def scenario() -> set[str]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("settled", "https://settled.example/hook", 100)], 40, fixed_keyring())
+        await seed_outbox(engine, clock, [("settled", "https://settled.example/hook", 100)], 40, fixed_keyring())
         async with engine.begin() as conn:
             jobs = await claim_due(
                 conn, now=clock(), limit=40, lease=timedelta(seconds=30), default_cap=8, keyring=fixed_keyring()
@@ -893,7 +880,7 @@ def test_postgres_claim_reads_no_more_due_rows_than_it_takes_from_a_burst(
 
     async def scenario() -> list[int]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("burst", "https://burst.example/hook", 4)], 30, fixed_keyring())
+        await seed_outbox(engine, clock, [("burst", "https://burst.example/hook", 4)], 30, fixed_keyring())
         plan = await _explained(engine, claim_module._CLAIM["postgresql"], _claim_values(clock))
         await engine.dispose()
         return _rows_read(plan, "ix_deliveries_partner_claimable", "due")
@@ -909,7 +896,7 @@ def test_postgres_claim_reads_each_deep_partner_its_share(database_url: str, clo
     async def scenario() -> list[int]:
         engine = create_engine(database_url)
         targets = [(name, f"https://{name}.example/hook", 30) for name in ("a", "b", "c")]
-        await _setup(engine, clock, targets, 30, fixed_keyring())
+        await seed_outbox(engine, clock, targets, 30, fixed_keyring())
         async with engine.begin() as conn:
             ids = [row.id for row in await conn.execute(select(partners.partners.c.id))]
         each = claim_module._share(12, ids)
@@ -931,7 +918,7 @@ def test_postgres_reads_a_claims_jobs_counting_live_claims_once(database_url: st
 
     async def scenario() -> list[int]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("many", "https://many.example/hook", 100)], 30, fixed_keyring())
+        await seed_outbox(engine, clock, [("many", "https://many.example/hook", 100)], 30, fixed_keyring())
         async with engine.begin() as conn:
             await conn.execute(text("ANALYZE deliveries"))  # as autovacuum would, before the claim
         token = claim_module.new_claim_token()
@@ -962,7 +949,7 @@ def test_postgres_claim_finds_its_rows_by_primary_key_in_a_table_never_analyzed(
 
     async def scenario() -> set[str]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("burst", "https://burst.example/hook", 16)], 300, fixed_keyring())
+        await seed_outbox(engine, clock, [("burst", "https://burst.example/hook", 16)], 300, fixed_keyring())
         # Three hundred rows would be read whole; a backlog is far too large for that.
         plan = await _explained(
             engine, claim_module._CLAIM["postgresql"], _claim_values(clock), seqscan=False
@@ -994,7 +981,7 @@ def test_postgres_claim_is_planned_for_the_table_as_it_is_not_as_it_was(
 
     async def scenario() -> tuple[tuple[int, int], tuple[int, int]]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("burst", "https://burst.example/hook", 16)], 5, fixed_keyring())
+        await seed_outbox(engine, clock, [("burst", "https://burst.example/hook", 16)], 5, fixed_keyring())
 
         async def claimed(conn: Any) -> tuple[int, int]:
             """Deliveries claimed, and the scans of the deliveries table that read it whole."""

@@ -10,30 +10,15 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from webhook_helpers import Receiver, Reply, fixed_keyring, room_claimed, settings
+from webhook_helpers import Receiver, Reply, fixed_keyring, seed_outbox, settings
 
 from service.db.engine import create_engine
-from service.events import parse_event
-from service.keyring import Keyring, load_keyring
+from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import outbox, partners, wiring
+from service.webhooks import wiring
 from service.webhooks.claim import claim_due
-from service.webhooks.partners import MAX_IN_FLIGHT_LIMIT, NewPartner
+from service.webhooks.partners import MAX_IN_FLIGHT_LIMIT
 from service.webhooks.worker import CONCURRENCY, most_slots
-
-
-async def _setup(
-    engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int, keyring: Keyring
-) -> None:
-    async with engine.begin() as conn:
-        for name, url, cap in targets:
-            await partners.create_partner(
-                conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring
-            )
-    for index in range(events):
-        await outbox.publish_event(
-            engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
-        )
 
 
 @pytest.mark.parametrize(
@@ -56,7 +41,7 @@ def test_a_claim_gives_a_partner_no_more_slots_than_the_holders_bound(database_u
 
     async def scenario() -> list[tuple[int, set[int]]]:
         engine = create_engine(database_url)
-        await _setup(engine, clock, [("wide", "https://wide.example/hook", 1000)], 60, fixed_keyring())
+        await seed_outbox(engine, clock, [("wide", "https://wide.example/hook", 1000)], 60, fixed_keyring())
         seen = []
         for holder, deep in (("a", set()), ("b", None)):
             async with engine.begin() as conn:
@@ -89,7 +74,7 @@ def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_th
             engine = create_engine(database_url)
             # The wide partner first: its lane is filled first, its jobs queued ahead of the others.
             targets = [("wide", stuck.url("/wide"), 1000), ("healthy", healthy.url(), None)]
-            await _setup(engine, clock, targets, events, load_keyring(config))
+            await seed_outbox(engine, clock, targets, events, load_keyring(config))
             worker = wiring.worker(engine, config, clock=clock, concurrency=concurrency)
             await worker.start()
             try:

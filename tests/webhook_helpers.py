@@ -162,6 +162,22 @@ def room_claimed(slug: str = "moonfrog", **members: Any) -> dict[str, Any]:
     return data
 
 
+async def seed_outbox(
+    engine: Any, clock: Any, targets: list[tuple[str, str, int | None]], events: int, keyring: Keyring
+) -> None:
+    """Onboard each ``(name, url, cap)`` of ``targets``, then publish ``events`` room.claimed
+    events (one delivery each for every partner)."""
+    from service.events import parse_event
+    from service.webhooks import outbox, partners
+    from service.webhooks.partners import NewPartner
+
+    async with engine.begin() as conn:
+        for name, url, cap in targets:
+            await partners.create_partner(conn, NewPartner(name, url, None, cap), now=clock(), keyring=keyring)
+    for index in range(events):
+        await outbox.publish_event(engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock())
+
+
 def milestone(label: str = "1,000 rooms", value: int = 1000, **members: Any) -> dict[str, Any]:
     return {"event": "platform.milestone", "milestone": label, "value": value, **members}
 
