@@ -168,7 +168,8 @@ def test_the_embedded_key_file_is_private_and_reused(tmp_path: Path) -> None:
 
 
 def test_the_database_files_are_private(tmp_path: Path) -> None:
-    """var/ is made 0700; service.db, its -wal and -shm are 0600 while the server writes them."""
+    """var/ is made 0700; service.db, its -wal and -shm, the key file and the migration lock are
+    0600 while the server writes them."""
     database = tmp_path / "var" / "service.db"
     url = f"sqlite:///{database}"
     migrate(url)
@@ -184,6 +185,7 @@ def test_the_database_files_are_private(tmp_path: Path) -> None:
         "service.db-wal": 0o600,
         "service.db-shm": 0o600,
         "service.db.key": 0o600,
+        "service.db-migrate.lock": 0o600,
     }
 
 

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
+import subprocess
+import sys
+import time
 import unicodedata
 from collections.abc import Iterator
 from datetime import datetime
@@ -24,6 +29,8 @@ from service.db.tables import declared_on, metadata
 from service.keyring import SEALED, parse_keys
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.scratch import admin_execute
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -229,3 +236,55 @@ def test_0013_keys_sqlite_deliveries_by_partner_and_keeps_every_row(empty_databa
     assert _primary_key(empty_database) == ["id"]
     [downgraded] = _execute(empty_database, (everything, {}))
     assert downgraded == before
+
+
+def _flock_waiters(lock: Path) -> int:
+    """How many processes wait for an ``flock`` of ``lock`` (the kernel's ``/proc/locks`` lists
+    each waiter as ``->``, with the file's inode)."""
+    inode = f":{lock.stat().st_ino} "
+    lines = Path("/proc/locks").read_text().splitlines()
+    return sum(1 for line in lines if "->" in line and "FLOCK" in line and inode in line)
+
+
+@pytest.mark.skipif(not Path("/proc/locks").exists(), reason="reads Linux's /proc/locks")
+def test_processes_migrating_one_new_sqlite_file_at_once_take_turns(tmp_path: Path) -> None:
+    """Four `python -m service migrate` on a new SQLite file, started while its migration lock is
+    held, all wait for it; let go, they migrate one after another and every one exits 0 (without
+    the lock, all but one could die of "table already exists")."""
+    database = tmp_path / "var" / "service.db"
+    lock = database.with_name("service.db-migrate.lock")
+    database.parent.mkdir()
+    env = {
+        **os.environ,
+        "SERVICE_DATABASE_URL": f"sqlite:///{database}",
+        "SERVICE_SECRETS_KEY": TEST_SECRETS_KEY,
+    }
+    holder = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        started = [
+            subprocess.Popen(
+                [sys.executable, "-m", "service", "migrate"],
+                cwd=ROOT,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            for _ in range(4)
+        ]
+        # Waits for a state, not a time: each look is at once after the last.
+        deadline = time.monotonic() + 60
+        while _flock_waiters(lock) < 4:
+            exited = [process.returncode for process in started if process.poll() is not None]
+            assert not exited, f"a migration ended without waiting for the lock: {exited}"
+            assert time.monotonic() < deadline, "four migrations did not wait for the lock within 60 s"
+            time.sleep(0.01)
+    finally:
+        os.close(holder)  # lets the lock go
+        finished = [(process, *process.communicate(timeout=120)) for process in started]
+    assert [(process.returncode, err.count(b"Traceback")) for process, _, err in finished] == [(0, 0)] * 4, [
+        err.decode()[-2000:] for _, _, err in finished
+    ]
+    assert all(b"database is at the latest schema" in out for _, out, _ in finished)
+    assert oct(lock.stat().st_mode & 0o777) == oct(0o600)

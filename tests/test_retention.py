@@ -206,8 +206,8 @@ def test_prune_deletes_what_is_settled_and_old_and_keeps_the_rest(
     first, again, deliveries_left, events_left, attempts_left, partner_count, registration_count = (
         _with_engine(database_url, go)
     )
-    assert first.document() == {"deliveries": 3, "attempts": 6, "events": 2}
-    assert again.document() == {"deliveries": 0, "attempts": 0, "events": 0}
+    assert first.document() == {"deliveries": 3, "attempts": 6, "events": 2, "cancelled": 0}
+    assert again.document() == {"deliveries": 0, "attempts": 0, "events": 0, "cancelled": 0}
     assert deliveries_left == {"dlv_mixed_pending", "dlv_delivering", "dlv_settled_yesterday"}
     assert attempts_left == deliveries_left
     assert events_left == {"evt_mixed", "evt_live", "evt_late", "evt_bare_new", "evt_edge"}
@@ -232,7 +232,7 @@ def test_prune_goes_in_batches_of_short_transactions(database_url: str, clock: M
         return pruned, len(commits), left
 
     pruned, commits, left = _with_engine(database_url, go)
-    assert pruned.document() == {"deliveries": 1203, "attempts": 1203, "events": 1203}
+    assert pruned.document() == {"deliveries": 1203, "attempts": 1203, "events": 1203, "cancelled": 0}
     assert commits == 26
     assert left == [0, 0, 0]
 
@@ -264,7 +264,7 @@ def test_pruning_keeps_every_room_the_sitemap_knows(database_url: str, clock: Ma
     before, pruned, after, events_left = _with_engine(database_url, go)
     assert {room for room, _ in before} == {moonfrog, sunfish, comet}
     assert after == before
-    assert pruned.document() == {"deliveries": 1, "attempts": 1, "events": 2}
+    assert pruned.document() == {"deliveries": 1, "attempts": 1, "events": 2, "cancelled": 0}
     assert events_left == {"evt_moonfrog_second", "evt_sunfish", "evt_comet_old", "evt_comet_new"}
 
 
@@ -277,7 +277,7 @@ def test_a_room_stays_in_the_sitemap_after_its_events_are_pruned(
         publish(client, milestone())
         clock.advance(timedelta(days=DAYS + 1).total_seconds())
         pruned = client.run(client.app.ctx.operations.prune())
-        assert pruned == {"deliveries": 0, "attempts": 0, "events": 1}  # the milestone
+        assert pruned == {"deliveries": 0, "attempts": 0, "events": 1, "cancelled": 0}  # the milestone
     with make_client(**settings()) as client:
         sitemap = client.get("/sitemap.xml")
         assert sitemap.status == 200
@@ -297,10 +297,10 @@ def test_the_prune_command_prints_counts(
     monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
 
     assert main(["prune"]) == 0  # the default retention (30 days) keeps everything here
-    assert json.loads(capsys.readouterr().out) == {"deliveries": 0, "attempts": 0, "events": 0}
+    assert json.loads(capsys.readouterr().out) == {"deliveries": 0, "attempts": 0, "events": 0, "cancelled": 0}
     with caplog.at_level(logging.INFO, logger="service.audit"):
         assert main(["prune", "--older-than", "10"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"deliveries": 1, "attempts": 2, "events": 1}
+    assert json.loads(capsys.readouterr().out) == {"deliveries": 1, "attempts": 2, "events": 1, "cancelled": 0}
     audit = [record for record in caplog.records if record.name == "service.audit"]
     assert [(record.operation, record.outcome) for record in audit] == [("prune", "ok")]  # type: ignore[attr-defined]
 

@@ -341,6 +341,7 @@ async def test_the_retention_pass_cancels_what_a_removed_partner_was_left_waitin
         await engine.dispose()
     gone = {"dlv_pending", "dlv_claimed", "dlv_batching", "dlv_batch", "dlv_member_1", "dlv_member_2"}
     assert pruned.cancelled == len(gone) and again.cancelled == 0
+    assert pruned.document()["cancelled"] == len(gone)  # what `prune` prints
     assert {key: after[key] for key in gone} == dict.fromkeys(gone, (DeliveryStatus.CANCELLED, None, clock()))
     assert {key: after[key][0] for key in after.keys() - gone} == {
         "dlv_delivered": DeliveryStatus.DELIVERED,

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
 import os
 import socket
 import sqlite3
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +97,10 @@ def is_sqlite(database_url: str) -> bool:
 
 PRIVATE_DIRECTORY = 0o700
 PRIVATE_FILE = 0o600
-# The files SQLite keeps beside a database in WAL mode, and the key file of service.keyring.
-SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal", ".key")
+# The files SQLite keeps beside a database in WAL mode, the key file of service.keyring, and the
+# lock processes migrating the file take turns under (``migrate``).
+MIGRATE_LOCK_SUFFIX = "-migrate.lock"
+SQLITE_COMPANIONS = ("", "-wal", "-shm", "-journal", ".key", MIGRATE_LOCK_SUFFIX)
 
 
 def sqlite_path(database_url: str) -> Path | None:
@@ -328,13 +331,15 @@ def migrate(database_url: str, revision: str = "head") -> None:
     together, each migrating first) take turns under a session-level advisory lock,
     ``MIGRATE_LOCK``, held on a connection of its own for as long as Alembic migrates on another:
     the later ones find the schema current and change nothing. The lock ends with its session, so
-    a process killed while migrating leaves it to the next. SQLite has no such lock: processes
-    migrating one new file at once fail but one, each with a line and exit status 1 (the busy
-    database is ``faults.unavailable``), and find the schema current when started again.
+    a process killed while migrating leaves it to the next. On a SQLite file they take turns the
+    same way under an exclusive ``flock`` of the file beside it named ``MIGRATE_LOCK_SUFFIX``,
+    which the kernel lets go when its holder exits, however it exits.
     """
     config = alembic_config(database_url)
     if is_sqlite(database_url):
-        command.upgrade(config, revision)
+        path = sqlite_path(database_url)
+        with contextlib.nullcontext() if path is None else _sqlite_turn(path):
+            command.upgrade(config, revision)
         return
 
     async def take_turn(engine: AsyncEngine) -> AsyncConnection:
@@ -372,6 +377,27 @@ def migrate(database_url: str, revision: str = "head") -> None:
             command.upgrade(config, revision)
         finally:
             runner.run(end_turn(engine, held))
+
+
+@contextlib.contextmanager
+def _sqlite_turn(database: Path) -> Iterator[None]:
+    """Hold the SQLite file's migration lock: an exclusive ``flock`` of a file of its own beside
+    the database, never of the database itself (closing any descriptor of the database would drop
+    the POSIX locks SQLite holds on it in this process)."""
+    private_sqlite_files(database)  # the directory, made private, before the lock's file is in it
+    lock = database.with_name(database.name + MIGRATE_LOCK_SUFFIX)
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            logging.getLogger(__name__).info(
+                "another process is migrating the database; waiting for it to finish"
+            )
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # the lock goes with the descriptor
 
 
 async def migrate_async(database_url: str) -> None:

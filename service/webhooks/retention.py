@@ -65,7 +65,12 @@ class Pruned:
     cancelled: int = 0  # waiting deliveries of removed partners cancelled (cancel_stranded)
 
     def document(self) -> dict[str, int]:
-        return {"deliveries": self.deliveries, "attempts": self.attempts, "events": self.events}
+        return {
+            "deliveries": self.deliveries,
+            "attempts": self.attempts,
+            "events": self.events,
+            "cancelled": self.cancelled,
+        }
 
 
 def _old_settled(cutoff: datetime) -> ColumnElement[bool]:
