@@ -6,6 +6,7 @@ fix and the handler never sees a value it has to guess about.
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any
 from urllib.parse import parse_qsl
@@ -17,7 +18,11 @@ from service.errors import BadRequest, FieldError, PayloadTooLarge, UnsupportedM
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 MAX_BODY_BYTES = 64 * 1024  # docs/architecture.md "Waitlist intake": bodies over 64 KiB are refused with 413
-_UTF8 = {"utf-8", "utf8"}
+# The charsets a body may be labelled with, by Python's name for each (``codecs.lookup``). JSON is
+# always UTF-8 (RFC 8259 section 8.1), so only labels its bytes satisfy; a form's percent-escapes
+# are decoded in its label's charset (Java's form helpers send ISO-8859-1).
+_JSON_CHARSETS = {"utf-8", "ascii"}
+_FORM_CHARSETS = {"utf-8", "ascii", "iso8859-1"}
 
 
 def _body_error(code: str, message: str) -> BadRequest:
@@ -115,20 +120,32 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     return document
 
 
-def parse_form(raw: bytes) -> dict[str, str]:
+def parse_form(raw: bytes, charset: str = "utf-8") -> dict[str, str]:
+    """A URL-encoded form parsed as browsers parse one (the WHATWG URL standard): empty pieces (a
+    trailing ``&``) are skipped and a name without ``=`` has the empty value; a name given twice is
+    refused, never resolved."""
     try:
-        text = raw.decode("utf-8")
-        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=True, errors="strict")
+        text = raw.decode(charset)  # percent-escaped, or (as curl sends) the characters' own bytes
+        pairs = parse_qsl(text, keep_blank_values=True, encoding=charset, errors="strict")
     except UnicodeDecodeError:
-        raise _body_error("invalid_encoding", "The form is not valid UTF-8.") from None
-    except ValueError:
-        raise _body_error("invalid_form", "The body is not a valid URL-encoded form.") from None
+        raise _body_error("invalid_encoding", f"The form is not valid {_LABELS[charset]}.") from None
     form: dict[str, str] = {}
     for key, value in pairs:
         if key in form:
             raise BadRequest(errors=[FieldError(key, "repeated", "This field appears more than once.")])
         form[key] = value
     return form
+
+
+_LABELS = {"utf-8": "UTF-8", "ascii": "US-ASCII", "iso8859-1": "ISO-8859-1"}
+
+
+def _charset(label: str) -> str | None:
+    """Python's name for a charset label, or None for a label it does not know."""
+    try:
+        return codecs.lookup(label).name
+    except LookupError:
+        return None
 
 
 def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
@@ -150,13 +167,15 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     if kind not in accepted:
         # Where forms are refused too (the admin routes), the answer does not offer one.
         raise UnsupportedMediaType() if form else UnsupportedMediaType("Send application/json.")
-    if params.get("charset", "utf-8") not in _UTF8:
-        raise UnsupportedMediaType("Only UTF-8 bodies are accepted.")
+    charset = _charset(params.get("charset", "utf-8"))
+    if charset not in (_JSON_CHARSETS if kind == JSON else _FORM_CHARSETS):
+        message = "Send JSON in UTF-8." if kind == JSON else "Send the form in UTF-8, US-ASCII or ISO-8859-1."
+        raise UnsupportedMediaType(message)
     if not raw.strip():
         raise _body_error("empty", "A request body is required.")
     if kind == JSON:
         return parse_json_object(raw)
-    return parse_form(raw)
+    return parse_form(raw, charset)
 
 
 def read_no_body(request: Request) -> None:

@@ -154,7 +154,11 @@ RAW_BODIES = [
         field("project.0.intent", "repeated", "This member appears more than once."),
     ),
     (b"email=a%FF%40example.com&intent=claim", FORM, field("body", "invalid_encoding", "The form is not valid UTF-8.")),
-    (b"email", FORM, field("body", "invalid_form", "The body is not a valid URL-encoded form.")),
+    (
+        b"email=a%E9%40example.com&intent=claim",
+        {"content-type": f"{FORM['content-type']}; charset=us-ascii"},
+        field("body", "invalid_encoding", "The form is not valid US-ASCII."),
+    ),
 ]
 
 
@@ -189,6 +193,7 @@ def test_form_field_types_are_checked_like_json(make_client):
 
 
 UNSUPPORTED = {"ok": False, "message": "Send application/json or application/x-www-form-urlencoded."}
+FORM_CHARSETS = {"ok": False, "message": "Send the form in UTF-8, US-ASCII or ISO-8859-1."}
 
 
 @pytest.mark.parametrize(
@@ -198,25 +203,78 @@ UNSUPPORTED = {"ok": False, "message": "Send application/json or application/x-w
         ({"content-type": "multipart/form-data; boundary=x"}, UNSUPPORTED),
         ({"content-type": "application/xml"}, UNSUPPORTED),
         ({}, UNSUPPORTED),
-        ({"content-type": "application/json; charset=latin-1"}, {"ok": False, "message": "Only UTF-8 bodies are accepted."}),
+        ({"content-type": "application/json; charset=latin-1"}, {"ok": False, "message": "Send JSON in UTF-8."}),
+        ({"content-type": "application/json; charset=no-such"}, {"ok": False, "message": "Send JSON in UTF-8."}),
+        ({"content-type": f"{FORM['content-type']}; charset=shift_jis"}, FORM_CHARSETS),
+        ({"content-type": f"{FORM['content-type']}; charset=utf-16"}, FORM_CHARSETS),
     ],
 )
 def test_other_content_types_are_415(make_client, headers, body):
-    """Anything but JSON or a URL-encoded form in UTF-8 answers 415."""
+    """Anything but JSON (in UTF-8) or a URL-encoded form (in UTF-8, US-ASCII or ISO-8859-1)
+    answers 415."""
     with make_client() as client:
         response = client.post("/api/waitlist", content=b'{"email":"a@example.com","intent":"claim"}', headers=headers)
     assert (response.status_code, response.json) == (415, body)
 
 
-def test_json_with_utf8_charset_is_accepted(make_client):
-    """`application/json; charset=UTF-8` is the same as plain JSON."""
+@pytest.mark.parametrize("charset", ["UTF-8", "US-ASCII"])
+def test_json_labelled_utf8_or_ascii_is_accepted(make_client, charset):
+    """`application/json; charset=UTF-8` is the same as plain JSON, and so is US-ASCII (ASCII is UTF-8)."""
     with make_client() as client:
         response = client.post(
             "/api/waitlist",
             content=b'{"email":"a@example.com","intent":"claim"}',
-            headers={"content-type": "application/json; charset=UTF-8"},
+            headers={"content-type": f"application/json; charset={charset}"},
         )
     assert (response.status_code, response.json) == (200, OK)
+
+
+@pytest.mark.parametrize(
+    ("raw", "charset", "project"),
+    [
+        (b"email=a%40example.com&intent=claim&project=Caf%E9", "ISO-8859-1", "Caf\u00e9"),
+        (b"email=a%40example.com&intent=claim&project=Caf%E9", "latin1", "Caf\u00e9"),
+        (b"email=a%40example.com&intent=claim&project=Caf%C3%A9", "utf-8", "Caf\u00e9"),
+        ("email=a%40example.com&intent=claim&project=Café".encode(), None, "Caf\u00e9"),
+        (b"email=a%40example.com&intent=claim&project=Cafe", "us-ascii", "Cafe"),
+    ],
+)
+def test_a_form_is_read_in_its_labelled_charset(make_client, database_url, raw, charset, project):
+    """A form's percent-escapes are decoded in the charset its Content-Type names (Java's form
+    helpers send ISO-8859-1), UTF-8 when it names none; the characters' own bytes, as curl sends
+    them, are read the same way."""
+    content_type = FORM["content-type"] + (f"; charset={charset}" if charset else "")
+    with make_client(database_url=database_url) as client:
+        response = client.post("/api/waitlist", content=raw, headers={"content-type": content_type})
+        assert (response.status_code, response.json) == (200, OK)
+        stored = client.run(stored_rows(database_url))
+    assert [row["project"] for row in stored] == [project]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"email=a%40example.com&intent=claim&",
+        b"&email=a%40example.com&&intent=claim",
+        b"email=a%40example.com&intent=claim&project",
+    ],
+)
+def test_a_form_is_parsed_as_browsers_parse_one(make_client, raw):
+    """Empty pieces (a trailing `&`) are skipped and a name without `=` has the empty value, as
+    the URL standard's form parser has it: such a registration is stored, not refused."""
+    with make_client() as client:
+        response = client.post("/api/waitlist", content=raw, headers=FORM)
+    assert (response.status_code, response.json) == (200, OK)
+
+
+def test_a_form_field_without_a_value_is_named_in_the_error(make_client):
+    """`email` alone is an empty email: the answer names the field, as for `email=`."""
+    with make_client() as client:
+        response = client.post("/api/waitlist", content=b"email&intent=claim", headers=FORM)
+        empty = client.post("/api/waitlist", content=b"email=&intent=claim", headers=FORM)
+    assert response.status_code == 400
+    assert response.json == empty.json
+    assert [error["field"] for error in response.json["errors"]] == ["email"]
 
 
 @pytest.mark.parametrize("size", [64 * 1024 + 1, 200 * 1024])
