@@ -114,7 +114,10 @@ def _waitlist_operation(refs: dict[str, dict[str, Any]]) -> dict[str, Any]:
             },
             "400": _error("Invalid email or invalid waitlist payload; errors name the fields."),
             "413": _error(f"The body is over {MAX_BODY_BYTES // 1024} KiB."),
-            "415": _error("The body is neither application/json nor a URL-encoded form."),
+            "415": _error(
+                "The body is neither application/json (in UTF-8) nor a URL-encoded form (in UTF-8, "
+                "US-ASCII or ISO-8859-1), or it came under a Content-Encoding."
+            ),
             "429": _error("Too many requests from this client.", _RETRY_AFTER),
             "503": _error("Storage is briefly unreachable; nothing was stored.", _RETRY_AFTER),
         },
