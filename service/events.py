@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, ClassVar, Literal, get_args
 from urllib.parse import urlsplit
 
@@ -77,6 +77,9 @@ EventId = Annotated[
 # check on the partner's side; the lowercase scheme keeps the schema's pattern and the model equal.
 _URL_PATTERN = r"^https?://[A-Za-z0-9\-._~:/?#\[\]@!$&'()*+,;=%]+$"
 _URL = re.compile(_URL_PATTERN)
+# How far ahead of the service's clock a publisher's `occurredAt` may be: its clock's error, not a
+# time still to come, which the field (when the event was recorded) cannot be.
+OCCURRED_AHEAD = timedelta(minutes=5)
 # What `occurredAt` always looks like on the wire, whatever offset the publisher used.
 _UTC_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{6})?Z$"
 
@@ -521,6 +524,11 @@ def parse_event(data: object, *, now: datetime, new_id: Callable[[], str] = new_
         payload = model.model_validate(members)
     except ValidationError as exc:
         raise InvalidInput(errors=[_field_error(error) for error in exc.errors()]) from None
+    if datetime.fromisoformat(payload.occurredAt) > now + OCCURRED_AHEAD:
+        # It would stand as the room's last change in the sitemap until a later one came.
+        minutes = OCCURRED_AHEAD.seconds // 60
+        message = f"Must not be more than {minutes} minutes ahead of the service's clock."
+        raise InvalidInput(errors=[FieldError("occurredAt", "invalid", message)])
     if len(dedupe_key(payload)) > DEDUPE_KEY_MAX:
         # Named by the members that make the key beside eventId, which alone never fills it.
         message = f"Makes the event's dedupe key longer than {DEDUPE_KEY_MAX} characters."

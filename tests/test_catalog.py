@@ -29,7 +29,7 @@ SIGNATURE_LINKS = {
 }
 
 BASE_URL = "https://launchrooms.example"
-NOW = datetime(2026, 6, 29, 12, 0, 0, tzinfo=UTC)
+NOW = datetime(2026, 6, 30, 12, 0, 0, tzinfo=UTC)  # after every example's occurredAt
 
 STRING, URL, NUMBER, TIME = "string", "string (URL)", "number", "string (ISO-8601 UTC)"
 COMMON = [("eventId", True, STRING), ("event", True, STRING), ("occurredAt", True, TIME)]

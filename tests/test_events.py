@@ -28,7 +28,8 @@ from service.events import (
 )
 from service.exceptions import InvalidInput
 
-NOW = datetime(2026, 6, 29, 12, 0, 0, tzinfo=UTC)
+# After every catalog example's occurredAt: an event is never recorded ahead of the clock.
+NOW = datetime(2026, 6, 30, 12, 0, 0, tzinfo=UTC)
 ROOM_URL = "https://launchrooms.example/rooms/moonfrog"
 TRENDING = {
     "event": "room.trending",
@@ -94,7 +95,7 @@ def test_parse_fills_event_id_and_occurred_at() -> None:
     assert dump_payload(parse(TRENDING)) == {
         "eventId": "evt_fixed",
         "event": "room.trending",
-        "occurredAt": "2026-06-29T12:00:00Z",
+        "occurredAt": "2026-06-30T12:00:00Z",
         "slug": "moonfrog",
         "roomUrl": ROOM_URL,
         "metric": "visits",
@@ -234,7 +235,29 @@ def test_dump_omits_absent_optional_members() -> None:
     """An optional member that was not sent is absent from the wire, not null."""
     dumped = dump_payload(parse(CLAIMED))
     assert "contractAddress" not in dumped
-    assert dumped == {"eventId": "evt_fixed", "occurredAt": "2026-06-29T12:00:00Z", **CLAIMED}
+    assert dumped == {"eventId": "evt_fixed", "occurredAt": "2026-06-30T12:00:00Z", **CLAIMED}
+
+
+@pytest.mark.parametrize(
+    ("occurred", "accepted"),
+    [
+        ("2026-06-30T12:05:00Z", True),  # at the bound: a publisher's clock a little ahead
+        ("2026-06-30T12:05:00.000001Z", False),
+        ("2026-06-30T14:05:01+02:00", False),  # 5 min 1 s ahead, in another offset
+        ("2999-01-01T00:00:00Z", False),
+        ("2020-01-01T00:00:00Z", True),  # recorded long ago: a backfill
+    ],
+)
+def test_occurred_at_is_not_ahead_of_the_clock(occurred: str, accepted: bool) -> None:
+    """`occurredAt` is when the event was recorded: at most 5 minutes ahead of the service's clock
+    (the publisher's clock error), never a time still to come, which would stand as the room's last
+    change in the sitemap."""
+    data = with_(TRENDING, occurredAt=occurred)
+    if accepted:
+        assert parse(data).occurredAt
+        return
+    message = "Must not be more than 5 minutes ahead of the service's clock."
+    assert errors_of(data) == [error("occurredAt", "invalid", message)]
 
 
 def error(field: str, code: str, message: str) -> dict[str, str]:
