@@ -394,9 +394,13 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
     return cert, secret
 
 
+HSTS_COMMENTED = '# add_header Strict-Transport-Security "max-age=31536000" always;'
+
+
 def test_plain_http_on_the_tls_port_is_answered_in_the_json_shape(tmp_path: Path) -> None:
     """With the `listen 443 ssl` docs/deploy.md asks for, plain HTTP sent to it is the JSON 400, not
-    nginx's HTML page (497)."""
+    nginx's HTML page (497); with its Strict-Transport-Security lines uncommented, answers over TLS
+    carry the header."""
     nginx = require_tool("nginx", "deploy/nginx is run to check what it answers")
     listen = free_port()
     cert, secret = self_signed(tmp_path)
@@ -404,8 +408,11 @@ def test_plain_http_on_the_tls_port_is_answered_in_the_json_shape(tmp_path: Path
         values = {**addresses(listen, first, second), "LISTEN": f"127.0.0.1:{listen} ssl"}
         prefix = production_site(tmp_path, values)
         site = prefix / "service.conf"
+        text = site.read_text()
+        # docs/deploy.md: with TLS, uncomment the two Strict-Transport-Security lines.
+        assert text.count(HSTS_COMMENTED) == 2
         site.write_text(
-            site.read_text().replace(
+            text.replace(HSTS_COMMENTED, HSTS_COMMENTED.replace("# ", "", 1)).replace(
                 "    server_tokens off;\n",
                 f"    server_tokens off;\n    ssl_certificate {cert};\n    ssl_certificate_key {secret};\n",
             )
@@ -425,6 +432,7 @@ def test_plain_http_on_the_tls_port_is_answered_in_the_json_shape(tmp_path: Path
                 response = http.client.HTTPResponse(tls)
                 response.begin()
                 assert json.loads(response.read())["headers"]["x-forwarded-proto"] == "https"
+                assert response.getheader("Strict-Transport-Security") == "max-age=31536000"
 
 
 def test_the_site_answers_its_names_beside_a_stock_default_site(tmp_path: Path) -> None:
