@@ -1,9 +1,13 @@
-"""The error handler: every error, expected or not, leaves as the one JSON error shape."""
+"""The error handler: every error, expected or not, leaves as the one JSON error shape. The
+console's routes answer theirs as a page (``service.console.pages.failed``) over the same
+judgement (``assess``): the same status, headers, log line and count."""
 
 from __future__ import annotations
 
 import logging
 from asyncio import CancelledError
+from dataclasses import dataclass
+from typing import Any
 
 from sanic import HTTPResponse, Request
 from sanic.exceptions import SanicException
@@ -44,18 +48,19 @@ def _request_line_too_long(request: Request) -> bool:
     return b"\r\n" not in unread[: request.app.config.REQUEST_MAX_HEADER_SIZE]
 
 
-def error_response(request: Request, exception: BaseException) -> HTTPResponse:
-    """The answer to any error: the one JSON shape, CORS on the waitlist route, counted by status.
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What an error answers, whatever the page shows it: the status, the JSON body (its
+    ``message`` the sentence a client may read) and the headers (``Retry-After``, ``Allow``)."""
 
-    The error handler calls this for whatever a route raises; a route may call it itself for a
-    ``ServiceError`` it catches (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which
-    answers the same bytes without Sanic's exception dispatch.
-    """
-    if isinstance(exception, CancelledError):
-        # The client went away (Sanic's RequestCancelled): nobody reads this answer, and any client
-        # can do it at will, so it is a DEBUG line, never an ERROR, and counts in no metric.
-        log.debug("the client went away", extra={"path": request.path, "method": request.method})
-        return json_response({"ok": False, "message": _MESSAGES[400]}, status=400)
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+
+def assess(request: Request, exception: BaseException) -> Failure:
+    """The answer ``exception`` earns, logged at its level and counted by status: the one judgement
+    behind the API's JSON (``error_response``) and the console's page (``service.console.pages``)."""
     if isinstance(exception, DomainError):
         exception = from_domain(exception)
     if isinstance(exception, ServiceError):
@@ -91,12 +96,30 @@ def error_response(request: Request, exception: BaseException) -> HTTPResponse:
         )
         body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
         headers = {}
-    if request.method == "POST" and request.path.rstrip("/") == "/api/waitlist":  # the route takes both
-        headers |= cors_headers(request)
     metrics = getattr(request.app.ctx, "metrics", None)
     if metrics is not None:
         metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
-    return json_response(body, status=status, headers=headers)
+    return Failure(status, body, headers)
+
+
+def error_response(request: Request, exception: BaseException) -> HTTPResponse:
+    """The answer to any error: the one JSON shape, CORS on the waitlist route, counted by status.
+
+    The error handler calls this for whatever a route raises (but a console route's, which the
+    console answers with a page); a route may call it itself for a ``ServiceError`` it catches
+    (``POST /api/waitlist`` does, for its 400s, 413s and 415s), which answers the same bytes
+    without Sanic's exception dispatch.
+    """
+    if isinstance(exception, CancelledError):
+        # The client went away (Sanic's RequestCancelled): nobody reads this answer, and any client
+        # can do it at will, so it is a DEBUG line, never an ERROR, and counts in no metric.
+        log.debug("the client went away", extra={"path": request.path, "method": request.method})
+        return json_response({"ok": False, "message": _MESSAGES[400]}, status=400)
+    failure = assess(request, exception)
+    headers = dict(failure.headers)
+    if request.method == "POST" and request.path.rstrip("/") == "/api/waitlist":  # the route takes both
+        headers |= cors_headers(request)
+    return json_response(failure.body, status=failure.status, headers=headers)
 
 
 class JSONErrorHandler(ErrorHandler):

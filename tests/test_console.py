@@ -239,6 +239,15 @@ def test_wrong_tokens_count_against_the_admin_throttle(make_client: Any) -> None
     assert "console_session" in signed_in.cookies
 
 
+def test_the_throttled_sign_in_page_has_its_title(make_client: Any) -> None:
+    """Refused by the throttle (429), the sign-in page is titled "Sign in", as after a wrong token
+    (401) or with the store down (503): never an empty title before " · Console"."""
+    with make_client(admin_token=TOKEN) as client:
+        answers = [_sign_in(client, token="wrong") for _ in range(11)]
+    assert [answer.status_code for answer in answers] == [401] * 10 + [429]
+    assert "<title>Sign in · Console</title>" in answers[-1].text
+
+
 def test_with_the_throttles_store_down_only_the_right_token_signs_in(make_client: Any) -> None:
     """A wrong token that cannot be counted is 503, never an unlimited guess nor a 500; the right
     one needs no counting."""

@@ -13,7 +13,7 @@ from sanic import Blueprint, HTTPResponse, Request
 from service.admin import Unrouted
 from service.clock import Clock
 from service.console import auth, deliveries, events, overview, partners, waitlist
-from service.console.pages import STATIC, Console, environment, guard, unrouted
+from service.console.pages import STATIC, Console, environment, failed, guard, unrouted
 from service.console.session import PATH, Sessions
 from service.settings import Settings
 
@@ -45,5 +45,12 @@ def create_blueprint(settings: Settings, clock: Clock) -> tuple[Blueprint, Unrou
         return console.not_found(request)
 
     bp.add_route(unknown, "/<rest:path>", methods=["GET", "POST"])
+
+    # What any of these routes raises (the database busy or unreachable, a bug) is the console's
+    # page, not the JSON the app's error handler gives the API.
+    def failure(request: Request, exception: Exception) -> HTTPResponse:
+        return failed(console, request, exception)
+
+    bp.exception(Exception)(failure)
 
     return bp, unrouted(console)

@@ -65,6 +65,7 @@ def register(bp: Blueprint, console: Console) -> None:
             response = console.render(
                 request,
                 "login.html",
+                title="Sign in",
                 status=429,
                 next=target,
                 error=f"Too many wrong tokens from this address; try again in {wait} seconds.",
@@ -80,6 +81,7 @@ def register(bp: Blueprint, console: Console) -> None:
             status=401,
             next=target,
             error="That is not the admin token.",
+            wrong=True,  # the token given is at fault (aria-invalid); a 429 or 503 is not about it
         )
 
     @bp.post("/logout")

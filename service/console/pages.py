@@ -1,5 +1,6 @@
 """What every console page shares: the templates, the guard in front of each request, the headers
-on each answer, and the turn of an action's outcome into a page (post/redirect/get).
+on each answer, the turn of an action's outcome into a page (post/redirect/get), and the page for
+what a route raised (the database busy or unreachable, a bug), never the API's JSON.
 
 Templates are Jinja2 with autoescape on for every file: partner names, response excerpts,
 registrations and payloads are hostile text and are only ever shown as text. The stylesheet is
@@ -27,6 +28,7 @@ from service.console import charts
 from service.console.session import PATH, Session, Sessions, csrf_matches, safe_next, same_origin
 from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
+from service.handlers import assess
 from service.params import query_pairs
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
@@ -260,6 +262,38 @@ def refused_by_routing(console: Console, request: Request, exception: SanicExcep
     )
     page.headers.update(exception.headers or {})  # Allow: the methods the path takes
     return page
+
+
+# Titles of the page for what a route raised, by status; any other is "Not done".
+FAILED_TITLES = {404: "Not found", 405: "Not allowed", 413: "Too large", 503: "Briefly unavailable"}
+UNAVAILABLE = "The service is briefly unavailable, so nothing was changed; try again shortly."
+INTERNAL = "The server could not complete the request, so nothing was changed."
+
+
+def failed(console: Console, request: Request, exception: Exception) -> HTTPResponse:
+    """What a console route (or the guard in front of it) raised, as the console's page: the
+    status, log line, count and headers the API would give it (``service.handlers.assess``;
+    ``Retry-After`` on a 503), the reason in a sentence, and the way back to the page the request
+    came from. The database busy or unreachable is 503, a bug 500: each then says nothing was
+    changed, for the action that raised it did not complete."""
+    failure = assess(request, exception)
+    if failure.status == 503:
+        message = UNAVAILABLE
+    elif failure.status >= 500:
+        message = INTERNAL
+    else:
+        message = failure.body["message"]
+    page = console.render(
+        request,
+        "message.html",
+        status=failure.status,
+        title=FAILED_TITLES.get(failure.status, "Not done"),
+        message=message,
+        errors=failure.body.get("errors", []),
+        back=safe_next(_referring_path(request)),
+    )
+    page.headers.update(failure.headers)
+    return secure(page)
 
 
 def _too_large(request: Request) -> bool:
