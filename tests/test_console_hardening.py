@@ -147,3 +147,50 @@ def test_a_sign_in_form_larger_than_the_limit_is_the_too_large_page(make_client:
     assert response.headers["content-type"].startswith("text/html")
     assert "larger than the service accepts" in response.text
     assert "console_session" not in response.cookies
+
+
+def _sign_out(client: Any, base: str, cookies: dict[str, str]) -> Any:
+    csrf = _csrf(client.get("/console", cookies=cookies).text)
+    return client.post(
+        "/console/logout", data={"csrf": csrf}, headers={"origin": origin_of(base)}, cookies=cookies
+    )
+
+
+def test_a_copy_of_a_signed_out_sessions_cookie_is_refused(
+    make_client: Any, rate_limit_storage: dict[str, str]
+) -> None:
+    """Signing out ends the session on the server, not only in the browser: its cookie, copied
+    before, no longer opens a page or passes an action's guard; another session goes on."""
+    base = "https://console.example"
+    with make_client(admin_token=TOKEN, base_url=base, **rate_limit_storage) as client:
+        ended, other = _session(_sign_in(client, base)), _session(_sign_in(client, base))
+        assert client.get("/console", cookies=ended).status_code == 200
+        assert _sign_out(client, base, ended).status_code == 303
+        page = client.get("/console/partners", cookies=ended)
+        action = client.post(
+            "/console/waitlist/erase",
+            data={"email": "a@example.com", "confirm": "yes", "csrf": "any"},
+            headers={"origin": origin_of(base)},
+            cookies=ended,
+        )
+        going_on = client.get("/console", cookies=other)
+    assert (page.status_code, page.headers["location"]) == (303, "/console/login?next=%2Fconsole%2Fpartners")
+    assert action.status_code == 403 and "Your console session has ended" in action.text
+    assert going_on.status_code == 200
+
+
+def test_a_sign_out_on_one_server_is_refused_by_the_others(
+    make_client: Any, rate_limit_storage: dict[str, str]
+) -> None:
+    """With Redis as the rate limiter's store, the servers behind one proxy share what was signed
+    out: a cookie signed out through one is refused by the next."""
+    if rate_limit_storage["rate_limit_storage"].startswith("memory"):
+        pytest.skip("process memory is one server's own")
+    base = "https://console.example"
+    settings = {"admin_token": TOKEN, "base_url": base, **rate_limit_storage}
+    with make_client(**settings) as first, make_client(**settings) as second:
+        cookies = _session(_sign_in(first, base))
+        assert second.get("/console", cookies=cookies).status_code == 200
+        assert _sign_out(first, base, cookies).status_code == 303
+        refused = second.get("/console", cookies=cookies)
+    assert (refused.status_code, refused.headers["location"]) == (303, "/console/login?next=%2Fconsole")

@@ -15,7 +15,7 @@ from sanic.response import redirect
 
 from service.admin import tokens_match
 from service.console.pages import Console, forbidden, form, given_twice
-from service.console.session import PATH, safe_next, same_origin
+from service.console.session import PATH, Session, safe_next, same_origin
 from service.ratelimit import client_key
 from service.waitlist import client_address
 
@@ -86,6 +86,8 @@ def register(bp: Blueprint, console: Console) -> None:
 
     @bp.post("/logout")
     async def logout(request: Request) -> HTTPResponse:
+        session: Session = request.ctx.console_session  # the guard let a POST through with its own
+        await console.ended(request).end(session, console.sessions.left(session))
         response = redirect(PATH + "/login", status=303)
         console.sessions.clear_cookie(response)
         return response

@@ -25,7 +25,15 @@ from service import audit
 from service.admin import FailedAttempts, Unrouted
 from service.clock import Clock, format_timestamp
 from service.console import charts
-from service.console.session import PATH, Session, Sessions, csrf_matches, safe_next, same_origin
+from service.console.session import (
+    PATH,
+    EndedSessions,
+    Session,
+    Sessions,
+    csrf_matches,
+    safe_next,
+    same_origin,
+)
 from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
 from service.handlers import assess
@@ -90,6 +98,10 @@ class Console:
     def operations(self, request: Request) -> Operations:
         operations: Operations = request.app.ctx.operations
         return operations
+
+    def ended(self, request: Request) -> EndedSessions:
+        """The sessions signed out before they expired, on the rate limiter's store."""
+        return EndedSessions(request.app.ctx.limiter.storage)
 
     def registrations(self, request: Request) -> RegistrationOperations:
         return RegistrationOperations(request.app.ctx.engine)
@@ -194,6 +206,8 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         # The sign-in form too gets the page, not the JSON every other route answers a body with.
         return too_large(console, request) if forms and _too_large(request) else None
     session = console.sessions.read(request)
+    if session is not None and await console.ended(request).ended(session):
+        session = None  # signed out: a copy of its cookie is no session
     if session is None:
         if request.method in ("GET", "HEAD"):
             target = request.path + (f"?{request.query_string}" if request.query_string else "")

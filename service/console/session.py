@@ -2,8 +2,11 @@
 
 The session is an itsdangerous ``URLSafeTimedSerializer`` value holding a random session id and
 a CSRF token, signed with a key derived from the admin token (a new token signs everyone out) and
-valid for eight hours of the app's clock. Every POST must carry the session's CSRF token and come
-from the base URL's origin (``Origin``, else ``Referer``); anything else is 403 and changes nothing.
+valid for eight hours of the app's clock. Signing out ends the session on the server too: its id is
+kept as ended, until its eight hours are up, in the rate limiter's store (``EndedSessions``; with
+Redis, every server refuses it), so a copy of the cookie taken before is refused. Every POST must
+carry the session's CSRF token and come from the base URL's origin (``Origin``, else ``Referer``);
+anything else is 403 and changes nothing.
 Wrong tokens at sign-in count against the admin API's throttle (``service.admin.FailedAttempts``).
 
 One-time messages after an action (post/redirect/get), and a partner's new secret, travel in a
@@ -24,6 +27,7 @@ from urllib.parse import urlsplit
 
 from cryptography.fernet import Fernet, InvalidToken
 from itsdangerous import BadSignature, TimestampSigner, URLSafeTimedSerializer
+from limits.aio.storage import Storage
 from sanic import HTTPResponse, Request
 
 from service.admin import tokens_match
@@ -46,6 +50,7 @@ def _derive(token: str, purpose: str) -> bytes:
 class Session:
     id: str
     csrf: str
+    issued: int = 0  # when it was signed in, seconds since the epoch on the app's clock
 
 
 class Sessions:
@@ -69,20 +74,24 @@ class Sessions:
         return int(self._clock().timestamp())
 
     def new(self) -> tuple[Session, str]:
-        session = Session(secrets.token_urlsafe(16), secrets.token_urlsafe(32))
+        session = Session(secrets.token_urlsafe(16), secrets.token_urlsafe(32), self._seconds())
         return session, self._serializer.dumps({"sid": session.id, "csrf": session.csrf})
+
+    def left(self, session: Session) -> int:
+        """Seconds until ``session`` expires of itself (0 once it has)."""
+        return max(0, session.issued + SESSION_SECONDS - self._seconds())
 
     def read(self, request: Request) -> Session | None:
         value = request.cookies.get(COOKIE)
         if not value:
             return None
         try:
-            data = self._serializer.loads(value, max_age=SESSION_SECONDS)
+            data, signed_at = self._serializer.loads(value, max_age=SESSION_SECONDS, return_timestamp=True)
         except (BadSignature, UnicodeEncodeError):  # a forged, stale or old-token value, or not text
             return None
         if not isinstance(data, dict) or not all(isinstance(data.get(key), str) for key in ("sid", "csrf")):
             return None
-        return Session(data["sid"], data["csrf"])
+        return Session(data["sid"], data["csrf"], int(signed_at.timestamp()))
 
     def set_cookie(self, response: HTTPResponse, value: str) -> None:
         self._cookie(response, COOKIE, value, SESSION_SECONDS)
@@ -129,6 +138,25 @@ class Sessions:
 
     def clear_flash(self, response: HTTPResponse) -> None:
         self._cookie(response, FLASH_COOKIE, "", 0)
+
+
+class EndedSessions:
+    """Sessions signed out before they expired, by id, each kept until it would have expired: on
+    the rate limiter's store (``SERVICE_RATE_LIMIT_STORAGE``), so with Redis a sign-out on one
+    server is refused on every other. A key of this store is a count, so an ended session counts 1."""
+
+    PREFIX = "console-session-ended/"
+
+    def __init__(self, storage: Storage) -> None:
+        self._storage = storage
+
+    async def end(self, session: Session, seconds: int) -> None:
+        """Refuse ``session`` from now on, for the ``seconds`` it has left."""
+        if seconds > 0:
+            await self._storage.incr(self.PREFIX + session.id, seconds)
+
+    async def ended(self, session: Session) -> bool:
+        return await self._storage.get(self.PREFIX + session.id) > 0
 
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
