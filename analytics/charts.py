@@ -17,6 +17,8 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from analytics.waitlist import FREQ
+
 SIZE = (7.0, 4.0)  # inches; fits a notebook column without scrolling
 NONE_LABEL = "(none)"  # a missing key, e.g. no HTTP answer, still needs a readable label
 BAR_LABEL_FORMAT = "{:g}"
@@ -33,7 +35,21 @@ MIN_LABELLED = 0.05  # parts of a stacked bar narrower than this carry no label:
 DARK = 0.5  # a colour darker than this (mean of its RGB) takes white text
 QUALITATIVE = "tab10"  # failure reasons: one colour each, the same in every bar
 QUALITATIVE_COLOURS = 10
+GREY = 7  # tab10's grey, kept for "other": no reason drawn in its own colour is grey
+# Reasons drawn in a colour of their own (tab10 less its grey); past this many, the rarest are
+# drawn together as "other", so no two reasons in a legend share a colour.
+MAX_REASONS = QUALITATIVE_COLOURS - 1
+OTHER_REASONS = "other ({count} reason{s})"
 MAX_TIME_TICKS = 12  # dates on a time axis, at most: more would overlap
+# Labels from data are cut to this many characters, the last an ellipsis: a project name may have
+# 120 (the service's limit) and a partner's 200, and one such label leaves constrained layout no
+# room for the axes, so every label is clipped. The tables beside the charts keep the full text.
+MAX_LABEL = 32
+ELLIPSIS = "…"
+# What one period is, by the step ``waitlist.registrations_over_time`` took (``attrs[FREQ]``) or,
+# for a frame without it, measured between periods; periods are labelled by their start, and any
+# other step reads "period starting".
+PERIOD_NAMES = {"D": "day", "W": "week starting", "MS": "month starting"}
 
 
 def inline_svg() -> None:
@@ -61,7 +77,8 @@ def registrations_over_time_chart(over_time: pd.DataFrame) -> Figure:
     """One line per intent, from ``waitlist.registrations_over_time``.
 
     The time axis spans the periods of the data and no more (half a period either side, so a
-    single day is a day wide, not years), and the counts start at zero.
+    single day is a day wide, not years), and is named by their step (``PERIOD_NAMES``: a day, a
+    week starting, a month starting); the counts start at zero.
     """
     fig, ax = _figure()
     periods = pd.DatetimeIndex(over_time["period"]).tz_convert(None)  # UTC, as matplotlib dates
@@ -76,7 +93,7 @@ def registrations_over_time_chart(over_time: pd.DataFrame) -> Figure:
         fig.autofmt_xdate()
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    unit = "week starting" if step >= pd.Timedelta(days=7) else "day"
+    unit = PERIOD_NAMES.get(over_time.attrs.get(FREQ) or _step_of(periods) or "", "period starting")
     ax.set(title="Registrations over time", xlabel=f"{unit} (UTC)", ylabel="registrations")
     _legend(ax, title="intent")
     return fig
@@ -108,7 +125,7 @@ def success_rate_chart(rates: pd.DataFrame, threshold: float | None = None) -> F
     colours = [BELOW_COLOR if threshold is not None and value < threshold else BAR_COLOR for value in values]
     positions = np.arange(len(values))
     container = ax.bar(positions, values, color=colours)
-    ax.set_xticks(positions, _labels(rates, keys), parse_math=False)
+    ax.set_xticks(positions, _shortened(_labels(rates, keys)), parse_math=False)
     # Inside the bars, so no label sits on the threshold line.
     ax.bar_label(container, labels=[f"{value:.1%}" for value in values], label_type="center", color="white")
     ax.set_ylim(0, 1.05)  # a rate is a share, so keep the scale honest even when all are high
@@ -140,15 +157,23 @@ def failure_reasons_chart(reasons: pd.DataFrame) -> Figure:
         ax.set(title="Why attempts failed", xlabel="failed attempts")
         return fig
     reason = pd.Series(_labels(reasons, ["error_class", "status_code"]), index=reasons.index)
+    order = reasons.groupby(reason, sort=False)["attempts"].sum().sort_values(ascending=False, kind="stable")
+    named = list(order.index)
+    palette = matplotlib.colormaps[QUALITATIVE]
+    colours = [palette(hue) for hue in range(QUALITATIVE_COLOURS) if hue != GREY][: len(named)]
+    if len(named) > MAX_REASONS:  # every reason drawn keeps a colour of its own; the rarest share grey
+        rest = len(named) - MAX_REASONS
+        other = OTHER_REASONS.format(count=rest, s="s" if rest > 1 else "")
+        reason = reason.where(reason.isin(named[:MAX_REASONS]), other)
+        named = [*named[:MAX_REASONS], other]
+        colours.append(palette(GREY))
     table = reasons.assign(_group=_labels(reasons, keys), _reason=reason).pivot_table(
         index="_group", columns="_reason", values="share", aggfunc="sum", fill_value=0.0, sort=False
     )
-    order = reasons.groupby(reason, sort=False)["attempts"].sum().sort_values(ascending=False, kind="stable")
-    table = table[list(order.index)]
-    colours = matplotlib.colormaps[QUALITATIVE](np.arange(len(order)) % QUALITATIVE_COLOURS)
-    _stacked(ax, list(table.index), table, list(colours))
+    _stacked(ax, list(table.index), table[named], colours)
     ax.set(title="Why attempts failed, per partner", xlabel="share of the partner's attempts")
-    _legend(ax, title="reason", loc="lower right")
+    # Beside the bars, not over them.
+    _legend(ax, title="reason", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
 
@@ -170,7 +195,7 @@ def _figure() -> tuple[Figure, Axes]:
 def _bars(ax: Axes, labels: list[str], values: pd.Series) -> None:
     positions = np.arange(len(labels))
     container = ax.bar(positions, values.to_numpy(dtype="float64"))
-    ax.set_xticks(positions, labels, parse_math=False)
+    ax.set_xticks(positions, _shortened(labels), parse_math=False)
     ax.bar_label(container, fmt=BAR_LABEL_FORMAT)
 
 
@@ -181,9 +206,9 @@ def _stacked(ax: Axes, labels: list[str], parts: pd.DataFrame, colours: list[Any
     containers = []
     for column, colour in zip(parts.columns, colours, strict=True):
         values = parts[column].to_numpy(dtype="float64")
-        containers.append(ax.barh(positions, values, left=left, color=colour, label=str(column)))
+        containers.append(ax.barh(positions, values, left=left, color=colour, label=_short(str(column))))
         left += values
-    ax.set_yticks(positions, labels, parse_math=False)
+    ax.set_yticks(positions, _shortened(labels), parse_math=False)
     ax.invert_yaxis()  # the first group at the top, as in the tables
     return containers
 
@@ -215,7 +240,7 @@ def _legend(ax: Axes, **options: Any) -> None:
 def _barh(ax: Axes, labels: list[str], values: pd.Series) -> None:
     positions = np.arange(len(labels))
     container = ax.barh(positions, values.to_numpy(dtype="float64"))
-    ax.set_yticks(positions, labels, parse_math=False)
+    ax.set_yticks(positions, _shortened(labels), parse_math=False)
     ax.invert_yaxis()  # the frames come largest first, and a reader starts at the top
     ax.bar_label(container, fmt=BAR_LABEL_FORMAT)
 
@@ -225,6 +250,31 @@ def _text(column: pd.Series) -> list[str]:
     text off (``parse_math=False``), so a project named ``$5 or $10`` is not set in math italics,
     and one named ``$\\frac$`` does not stop the chart."""
     return [NONE_LABEL if pd.isna(value) else str(value) for value in column]
+
+
+def _short(label: str) -> str:
+    """``label`` as drawn: cut to ``MAX_LABEL`` characters, the last an ellipsis, when longer."""
+    return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1].rstrip() + ELLIPSIS
+
+
+def _shortened(labels: list[str]) -> list[str]:
+    return [_short(label) for label in labels]
+
+
+def _step_of(periods: pd.DatetimeIndex) -> str | None:
+    """The step between ``periods`` as ``PERIOD_NAMES`` names it: ``"D"``, ``"W"`` or ``"MS"``, None
+    for any other. A single period, with nothing to measure, is a day, as the axis draws it."""
+    if len(periods) < 2:
+        return "D"
+    steps = set(periods[1:] - periods[:-1])
+    if steps == {pd.Timedelta(days=1)}:
+        return "D"
+    if steps == {pd.Timedelta(days=7)}:
+        return "W"
+    starts = periods.is_month_start.all() and (periods == periods.normalize()).all()
+    if starts and all(pd.Timedelta(days=28) <= step <= pd.Timedelta(days=31) for step in steps):
+        return "MS"
+    return None
 
 
 def _labels(frame: pd.DataFrame, keys: list[str]) -> list[str]:

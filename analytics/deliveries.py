@@ -8,6 +8,10 @@ success rate**, the share of delivery attempts the partner answered with a 2xx. 
 counts, retries included, so an endpoint that fails often shows it even when retries end up
 delivering everything; a partner below ``MIN_SUCCESS_RATE`` is one to talk to. Where a delivery
 stands (pending, delivered, failed) is a state (``states``), not a rate.
+
+Retention (``SERVICE_RETENTION_DAYS``) deletes settled deliveries with their attempts and keeps
+waiting ones, failed attempts and all, however old: before ``complete_since`` the log may hold
+only those, and a rate read there leans towards failure (``complete``, ``coverage``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import numpy as np
 import pandas as pd
 from pandas.core.groupby import DataFrameGroupBy
 
+from service.settings import Settings
+from service.states import SETTLED, DeliveryStatus
+
 DECIMALS = 4  # enough to tell rates apart, few enough that notebook output never jitters
 MAX_BANDS = 10  # latency bands a table and its chart show at most (``latency_bands``)
 PERCENTILES = (50, 90, 99)  # the median, the usual tail, the rare tail
@@ -26,7 +33,11 @@ SUCCESS_RATE = "attempt success rate"  # the name of the one definition of succe
 # An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
 # retries hide it: each failure delays a delivery by a retry delay at least.
 MIN_SUCCESS_RATE = 0.95
-STATUSES = ("pending", "delivering", "delivered", "failed", "cancelled")  # service.states
+STATUSES = tuple(str(status) for status in DeliveryStatus)  # every state, in the service's order
+# Not settled: waiting to be sent, being sent, or waiting for (or inside) a batch.
+WAITING = tuple(status for status in STATUSES if status not in SETTLED)
+RETENTION_SETTING = "SERVICE_RETENTION_DAYS"
+RETENTION_DEFAULT_DAYS: int = Settings.model_fields["retention_days"].default
 
 By = str | Sequence[str] | None
 # The recent windows verdicts are read over, beside all of history: a partner that failed last
@@ -124,17 +135,72 @@ def data_now(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> pd.Timestamp |
     return max(known) if known else None
 
 
-def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
-    """Columns ``*by, pending, delivering, delivered, failed, cancelled, total``: deliveries per state.
+def complete_since(deliveries: pd.DataFrame) -> pd.Timestamp | None:
+    """From when the log holds every attempt: the oldest last change (``updated_at``) of a settled
+    delivery still in it; None when no delivery in it has settled.
 
-    Every state has its column, zeros included, so a state nobody is in still shows.
+    Retention deletes a settled delivery, with its attempts, once its last change is older than the
+    cut-off, and keeps every waiting one whole. Every settled delivery this old is still here, so
+    the cut-off has not passed it, nor any attempt since: each was made at or before its own
+    delivery's last change. Before it the log may hold only the failed attempts of deliveries still
+    waiting.
+    """
+    settled = deliveries.loc[deliveries["status"].isin([str(status) for status in SETTLED]), "updated_at"]
+    oldest = settled.min()
+    return None if pd.isna(oldest) else oldest
+
+
+def complete(attempts: pd.DataFrame, since: pd.Timestamp | None) -> pd.DataFrame:
+    """The attempts started at or after ``since`` (``complete_since``): the part of the log no
+    pruning can have thinned. ``since`` None keeps them all."""
+    if since is None:
+        return attempts
+    return attempts[attempts["started_at"].ge(since)]
+
+
+def coverage(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> str:
+    """One paragraph: what span of time the log's attempts cover, what retention may have taken
+    from it, and which attempts figures read (``complete``) and which they set aside."""
+    if attempts.empty:
+        return "No attempt is logged yet."
+    since = complete_since(deliveries)
+    first, last = attempts["started_at"].min(), attempts["started_at"].max()
+    logged = f"{len(attempts):,} attempts logged from {first:%Y-%m-%d %H:%M} to {last:%Y-%m-%d %H:%M} UTC."
+    retention = (
+        f"Retention ({RETENTION_SETTING}, {RETENTION_DEFAULT_DAYS} days unless set) deletes settled "
+        "deliveries with their attempts and keeps waiting ones, failed attempts and all, however old"
+    )
+    if since is None:
+        return (
+            f"{logged} {retention}; no delivery in the log has settled, so its attempts may be only "
+            "those of deliveries still waiting, which lean towards failure."
+        )
+    before = int(attempts["started_at"].lt(since).sum())
+    read = f"every settled delivery last changed since {since:%Y-%m-%d %H:%M} UTC is still here"
+    if not before:
+        return f"{logged} {retention}: {read}, and so is every attempt; nothing is set aside."
+    return (
+        f"{logged} {retention}: {read}, so figures over attempts read those from then on and set "
+        f"aside the {before:,} made earlier, which may be only the failures retention keeps."
+    )
+
+
+def states(frame: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
+    """Columns ``*by``, one per state of ``STATUSES`` (``pending, delivering, delivered, failed,
+    batching, batched, cancelled``), then any other status found in ``frame`` (sorted), then
+    ``total``: deliveries per state.
+
+    Every state has its column, zeros included, so a state nobody is in still shows; a status the
+    service does not define (a newer release, a hand in the database) shows too, never vanishes.
     """
     keys = _keys(by)
+    found = set(frame["status"].dropna().astype(str))
+    columns = [*STATUSES, *sorted(found - set(STATUSES))]
     counts = (
         _groups(frame, keys)["status"]
         .value_counts()
         .unstack(fill_value=0)
-        .reindex(columns=list(STATUSES), fill_value=0)
+        .reindex(columns=columns, fill_value=0)
         .astype("int64")
     )
     counts.columns.name = None
@@ -344,7 +410,6 @@ PAUSED = "paused"
 DISABLED = "disabled"  # by the service, after SERVICE_WEBHOOK_DISABLE_AFTER of unbroken failure
 REMOVED = "removed"  # by an admin: kept so history names it, never sent to again
 FAILED = "failed"
-PENDING = "pending"
 UNRELIABLE = "unreliable"
 CLI = "python -m service partners"
 ACTION_COLUMNS = ("partner_name", "issue", "count", "detail", "command")
@@ -370,20 +435,25 @@ def action_items(
     with no attempt in the window has nothing to judge. Without it, over all of history.
 
     Issues, in the order to handle them: ``disabled`` (the service stopped sending after the
-    partner failed without a break for ``SERVICE_WEBHOOK_DISABLE_AFTER``; ``count`` deliveries wait
+    partner failed without a break for ``SERVICE_WEBHOOK_DISABLE_AFTER``; ``count`` events wait
     for a resume once the endpoint is fixed), ``paused`` (the partner answered 410 Gone, or an
-    admin paused it; ``count`` deliveries wait for a resume), ``failed`` (``count`` deliveries spent their
+    admin paused it; ``count`` events wait for a resume), ``failed`` (``count`` deliveries spent their
     retry schedule; an admin retry sends them again), ``unreliable`` (an active partner whose
     attempt success rate is below ``min_success_rate``; ``count`` attempts did not succeed).
     Frames as ``load_partners``, ``load_deliveries`` and ``load_attempts`` return them; no row
     means nothing to act on (``action_report`` says so). A removed partner is never on the list:
     nothing can be sent to it again, and the commands would answer 404.
+
+    An event waits in any state of ``WAITING``: ``pending``, ``delivering``, or ``batching`` and
+    ``batched`` for a batch. Given ``with_batches``, a batch request is not counted beside the
+    events it carries.
     """
     rows: list[dict[str, object]] = []
     present = partners[partners["status"].ne(REMOVED)]
     for partner in present.sort_values(["name", "id"], kind="stable").itertuples():
         mine = deliveries[deliveries["partner_id"].eq(partner.id)]
         tried = attempts[attempts["partner_id"].eq(partner.id)]
+        waiting = int(events_only(mine)["status"].isin(WAITING).sum())
 
         def add(issue: str, count: int, detail: str, command: str, name: str = partner.name) -> None:
             rows.append(
@@ -395,7 +465,7 @@ def action_items(
             why = f"after answering {gone['status_code'].iloc[-1]}" if len(gone) else "by an admin"
             add(
                 PAUSED,
-                int(mine["status"].eq(PENDING).sum()),
+                waiting,
                 f"paused {partner.updated_at:%Y-%m-%d %H:%M} UTC {why}; "
                 "resume once the partner says the endpoint is back",
                 f"{CLI} resume {partner.id}",
@@ -403,7 +473,7 @@ def action_items(
         if partner.status == DISABLED:
             add(
                 DISABLED,
-                int(mine["status"].eq(PENDING).sum()),
+                waiting,
                 f"disabled {partner.updated_at:%Y-%m-%d %H:%M} UTC after failing without a break; "
                 "fix or update its URL, then resume",
                 f"{CLI} resume {partner.id}",

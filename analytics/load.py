@@ -1,9 +1,10 @@
 """Read the service database into pandas frames, masking addresses on the way out.
 
-A source is a SQLAlchemy URL (``sqlite:///var/service.db``, ``postgresql://user@host:5432/db``),
-a path to a SQLite file, or ``None`` for ``$SERVICE_DATABASE_URL`` (default
-``sqlite:///var/service.db``). Every read goes through one async path (aiosqlite or asyncpg, the
-drivers the service itself uses), so the SQLite tests exercise the code that reads PostgreSQL.
+A source is a database URL as the service takes one (``sqlite:///var/service.db``,
+``postgresql://user@host:5432/db?sslmode=require``), a path to a SQLite file, or ``None`` for
+``$SERVICE_DATABASE_URL`` (default ``sqlite:///var/service.db``). Every read goes through one async
+path (aiosqlite or asyncpg, the drivers the service itself uses), so the SQLite tests exercise the
+code that reads PostgreSQL.
 """
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from typing import Any, TypeVar
 
 import pandas as pd
 from sqlalchemy import DateTime, Select, func, select, type_coerce
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.sql.elements import ColumnElement
 
 from analytics.privacy import email_hash, mask_email, redact_emails
 from service.db import tables
+from service.db.engine import async_url, shown_url, sqlite_path
 
 ENV_VAR = "SERVICE_DATABASE_URL"
 DEFAULT_URL = "sqlite:///var/service.db"  # the service's own default for SERVICE_DATABASE_URL
-# The async driver for each backend; a URL naming another driver is read with this one instead.
-ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg"}
+BACKENDS = ("sqlite", "postgresql")  # the databases the service runs on
+# Where ``make serve`` runs the service, so where a relative SQLite path in its setting points.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 Source = str | os.PathLike[str] | None
 T = TypeVar("T")
@@ -48,6 +51,9 @@ REGISTRATION_COLUMNS: dict[str, str] = {
     "intent": "str",
     "project": "str",
     "message": "str",
+    # Characters in the message as written, trimmed (NA without one): measured before addresses in
+    # it are masked, which changes their length.
+    "message_length": "Int64",
     "created_at": UTC_TIME,
     "updated_at": UTC_TIME,
 }
@@ -60,6 +66,7 @@ DELIVERY_COLUMNS: dict[str, str] = {
     "status": "str",
     "attempts": "int64",
     "created_at": UTC_TIME,
+    "updated_at": UTC_TIME,  # its last change: when a settled one settled, what retention goes by
     "delivered_at": UTC_TIME,
     "occurred_at": UTC_TIME,
 }
@@ -91,19 +98,49 @@ ATTEMPT_COLUMNS: dict[str, str] = {
 
 
 def database_url(source: Source = None, environ: Mapping[str, str] | None = None) -> URL:
-    """The async URL to read ``source`` from; a missing SQLite file is an error, never created."""
+    """The async URL to read ``source`` from, made as the service makes its own
+    (``service.db.engine.async_url``: ``postgres://``, libpq's ``sslmode``), so every URL the service
+    takes is read here too; a missing SQLite file is an error, never created.
+
+    A relative SQLite path in ``$SERVICE_DATABASE_URL`` (or the default) is the service's, and is read
+    from ``PROJECT_ROOT``, where ``make serve`` runs it, whatever folder the caller is in (a
+    notebook's kernel runs in ``notebooks/``). A relative path given as ``source`` is the caller's
+    own, read from the working directory as any path is.
+    """
+    configured = source is None
     if source is None:
         env = os.environ if environ is None else environ
         source = env.get(ENV_VAR) or DEFAULT_URL
     text = os.fspath(source)
-    url = make_url(text) if "://" in text else URL.create("sqlite", database=text)
+    if "://" in text:
+        url, path = async_url(text), sqlite_path(text)
+    else:
+        # A file path: the service's SQLite driver, on that file.
+        url, path = async_url("sqlite://").set(database=text), (Path(text) if text else None)
     backend = url.get_backend_name()
-    if backend not in ASYNC_DRIVERS:
+    if backend not in BACKENDS:
         raise ValueError(f"unsupported database {backend!r}; expected sqlite or postgresql")
-    if backend == "sqlite" and url.database and not Path(url.database).is_file():
+    if backend != "sqlite" or path is None or path.name == ":memory:":
+        return url
+    if configured and not path.is_absolute():
+        path = PROJECT_ROOT / path
+        url = url.set(database=str(path))
+    if not path.is_file():
         # aiosqlite would quietly create an empty file and fail later with "no such table".
-        raise FileNotFoundError(url.database)
-    return url.set(drivername=ASYNC_DRIVERS[backend])
+        raise FileNotFoundError(_no_database(path, shown_url(text) if configured else None))
+    return url
+
+
+def _no_database(path: Path, setting: str | None) -> str:
+    """Why a SQLite source cannot be read: the file it names, in full, and where the name came from."""
+    missing = f"no SQLite database at {path.absolute()}"
+    if setting is None:
+        return missing
+    return (
+        f"{missing} (${ENV_VAR}, or its default, is {setting}: a relative path there is read from "
+        f"{PROJECT_ROOT}, where `make serve` runs the service); start the service once to create "
+        "it, or name the database to read"
+    )
 
 
 def load_registrations(source: Source = None) -> pd.DataFrame:
@@ -125,6 +162,7 @@ def load_registrations(source: Source = None) -> pd.DataFrame:
         frame["email_hash"] = frame["email_key"].map(email_hash)
         frame["intent"] = _shared(frame["intent"])
         frame["project"] = _shared(_redact(frame["project"]))
+        frame["message_length"] = frame["message"].str.strip().str.len()  # before masking
         frame["message"] = _redact(frame["message"])
         return _typed(frame, REGISTRATION_COLUMNS)
 
@@ -147,6 +185,7 @@ def load_deliveries(source: Source = None) -> pd.DataFrame:
             d.c.status,
             d.c.attempts,
             _naive_utc(d.c.created_at),
+            _naive_utc(d.c.updated_at),
             _naive_utc(d.c.delivered_at),
             _naive_utc(e.c.occurred_at),
         )

@@ -14,6 +14,7 @@ from service.db.registrations import INTENTS as ACCEPTED_INTENTS
 INTENTS = tuple(sorted(ACCEPTED_INTENTS))
 DECIMALS = 4  # enough to tell shares apart, few enough that notebook output never jitters
 PERIOD = "period"  # the time column of ``registrations_over_time``
+FREQ = "freq"  # the ``attrs`` key where ``registrations_over_time`` records its step, for charts
 # Masked addresses collide ("a***@example.com"), so identity needs one of these, best first.
 IDENTITY_COLUMNS = ("email_hash", "email_key")
 # Up to two months, one point a day still reads as a line; a longer span is read in weeks.
@@ -53,7 +54,8 @@ def registrations_over_time(df: pd.DataFrame, freq: str | None = None) -> pd.Dat
 
     Each ``period`` is labelled by its start: ``"D"`` the day, ``"W"`` the Monday the week starts
     on (UTC), ``"MS"`` the month's first day. Without ``freq``, ``time_step`` picks days or weeks
-    from the span of the data, so a day of data is one row, not a week's.
+    from the span of the data, so a day of data is one row, not a week's. The step taken is kept in
+    ``attrs[FREQ]``, so a chart labels its periods by it.
     """
     step = freq or time_step(df["created_at"])
     intents = _intents(df)
@@ -73,7 +75,9 @@ def registrations_over_time(df: pd.DataFrame, freq: str | None = None) -> pd.Dat
     counts = counts.rename(columns={PERIOD: f"{PERIOD} (intent)"})
     counts.index.name = PERIOD
     counts.columns.name = None
-    return counts.reset_index()
+    out = counts.reset_index()
+    out.attrs[FREQ] = step
+    return out
 
 
 def repeat_registrations(df: pd.DataFrame) -> pd.DataFrame:
@@ -137,11 +141,18 @@ def top_projects(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 def message_lengths(df: pd.DataFrame) -> MessageLengths:
     """Message length in characters (trimmed); a blank or missing message is no message.
 
+    Lengths are the messages as written: ``message_length``, which ``load`` measures before it masks
+    the addresses in ``message`` (a masked address is a character longer or many shorter). A frame
+    without that column has its ``message`` measured as it is.
+
     ``summary`` columns: ``count`` (registrations), ``messages``, ``with_message`` (share),
     ``mean, p50, p90, max`` over the messages (NaN when there are none).
     """
-    trimmed = df["message"].dropna().map(lambda text: str(text).strip())
-    lengths = trimmed[trimmed != ""].str.len().astype("int64")
+    if "message_length" in df.columns:
+        measured = df["message_length"].dropna()
+    else:
+        measured = df["message"].dropna().map(lambda text: len(str(text).strip()))
+    lengths = measured[measured > 0].astype("int64")
     lengths = lengths.sort_values(kind="stable").reset_index(drop=True).rename("length")
     count = len(df)
     summary = pd.DataFrame(

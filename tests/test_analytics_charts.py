@@ -277,3 +277,94 @@ def test_the_time_axis_fits_the_data_and_counts_start_at_zero(days: int, step: s
     assert (left, right) == (first - width / 2, last + width / 2)
     assert ax.get_ylim()[0] == 0
     assert ax.get_xlabel() == ("day (UTC)" if step == "D" else "week starting (UTC)")
+
+
+def test_a_long_name_is_cut_for_display_and_leaves_the_axes_their_room() -> None:
+    """A project name of 117 characters (the service takes 120) is drawn cut, with an ellipsis, and
+    the bars keep most of the figure's width; drawn in full, it squeezed the axes to nothing and
+    constrained layout gave up, clipping every label. The frame keeps the name whole."""
+    long_name = "The Extremely Long Decentralised Autonomous Organisation for Moonfrog Holders " * 2
+    long_name = long_name[:117]
+    top = pd.DataFrame({"project": [long_name, "zeta"], "count": [3, 1]})
+    fig = charts.top_projects_chart(top)
+    render_png(fig)  # lays the figure out
+    ax = only_axes(fig)
+    drawn = ticks(ax.get_yticklabels())
+    assert drawn == [long_name[: charts.MAX_LABEL - 1].rstrip() + "…", "zeta"]
+    assert all(len(label) <= charts.MAX_LABEL for label in drawn)
+    assert ax.get_position().width > 0.5
+    assert top["project"].iloc[0] == long_name
+
+
+def many_reasons(count: int) -> pd.DataFrame:
+    """Failure reasons for one partner: ``http_5NN`` answered ``count``, ``count - 1``, ... times."""
+    codes = [500 + n for n in range(count)]
+    attempts = list(range(count, 0, -1))
+    total = sum(attempts) * 2
+    return pd.DataFrame(
+        {
+            "partner_name": ["Acme"] * count,
+            "error_class": [f"http_{code}" for code in codes],
+            "status_code": pd.array(codes, dtype="Int64"),
+            "attempts": attempts,
+            "share": [n / total for n in attempts],
+        }
+    )
+
+
+def test_failure_reasons_past_the_palette_share_one_other_colour() -> None:
+    """Twelve reasons: the nine most frequent keep a colour each, the three rarest are drawn as one
+    grey "other", so no two entries of the legend share a colour (the eleventh and twelfth took
+    the first and second's); and the legend sits beside the bars, not over them."""
+    reasons = many_reasons(12)
+    ax = only_axes(charts.failure_reasons_chart(reasons))
+    legend = ax.get_legend()
+    assert legend is not None
+    assert ticks(legend.get_texts()) == [f"http_{500 + n} / {500 + n}" for n in range(9)] + [
+        "other (3 reasons)"
+    ]
+    colours = [tuple(handle.get_facecolor()) for handle in legend.legend_handles]  # type: ignore[union-attr]
+    assert len(set(colours)) == len(colours) == 10
+    assert widths(ax)[-1] == pytest.approx(reasons["share"].iloc[9:].sum())
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)
+    fig.draw_without_rendering()  # lays the figure out
+    assert legend.get_window_extent().x0 >= ax.get_window_extent().x1
+
+
+def test_ten_reasons_name_the_one_left_over() -> None:
+    """One reason past the nine colours is "other (1 reason)"; nine or fewer are all named."""
+    legend = only_axes(charts.failure_reasons_chart(many_reasons(10))).get_legend()
+    assert legend is not None and ticks(legend.get_texts())[-1] == "other (1 reason)"
+    legend = only_axes(charts.failure_reasons_chart(many_reasons(9))).get_legend()
+    assert legend is not None and "other" not in " ".join(ticks(legend.get_texts()))
+
+
+def test_the_time_axis_is_named_by_the_periods_step() -> None:
+    """Months (``freq="MS"``) read "month starting", where every step of a week or more read "week
+    starting"; days and weeks keep their names. The step is the one the analysis took, or for a
+    frame made elsewhere, the one between its periods."""
+    created = pd.Series(pd.date_range("2026-01-05", "2026-05-20", freq="3D", tz="UTC"))
+    frame = pd.DataFrame({"intent": "claim", "created_at": created})
+    named = {}
+    for freq in ("D", "W", "MS"):
+        over_time = waitlist.registrations_over_time(frame, freq)
+        made_elsewhere = over_time.copy()
+        made_elsewhere.attrs.clear()
+        named[freq] = [
+            only_axes(charts.registrations_over_time_chart(drawn)).get_xlabel()
+            for drawn in (over_time, made_elsewhere)
+        ]
+    assert named == {
+        "D": ["day (UTC)"] * 2,
+        "W": ["week starting (UTC)"] * 2,
+        "MS": ["month starting (UTC)"] * 2,
+    }
+
+
+def test_a_single_month_is_named_a_month() -> None:
+    """One period has no step to measure: the one the analysis took names it."""
+    created = pd.Series(pd.to_datetime(["2026-03-02", "2026-03-20"], utc=True))
+    over_time = waitlist.registrations_over_time(pd.DataFrame({"intent": "claim", "created_at": created}), "MS")
+    assert len(over_time) == 1
+    assert only_axes(charts.registrations_over_time_chart(over_time)).get_xlabel() == "month starting (UTC)"

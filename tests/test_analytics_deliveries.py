@@ -347,6 +347,8 @@ def test_states() -> None:
             "delivering": [0, 0],
             "delivered": [2, 1],
             "failed": [1, 0],
+            "batching": [0, 0],
+            "batched": [0, 0],
             "cancelled": [0, 0],
             "total": [3, 2],
         }
@@ -357,9 +359,78 @@ def test_states() -> None:
 def test_states_overall() -> None:
     """Without grouping, one row for all deliveries."""
     expected = pd.DataFrame(
-        {"pending": [1], "delivering": [0], "delivered": [3], "failed": [1], "cancelled": [0], "total": [5]}
+        {
+            "pending": [1],
+            "delivering": [0],
+            "delivered": [3],
+            "failed": [1],
+            "batching": [0],
+            "batched": [0],
+            "cancelled": [0],
+            "total": [5],
+        }
     )
     assert_frame_equal(deliveries.states(delivery_frame(), by=None), expected)
+
+
+def test_states_count_events_waiting_for_a_batch_and_any_unknown_status() -> None:
+    """Events waiting for their batch (``batching``) or inside one (``batched``) have their columns,
+    and a status the service does not define has one too: each was dropped, and the total with it."""
+    frame = pd.DataFrame(
+        {
+            "partner_name": ["Acme", "Acme", "Acme", "Beta", "Beta"],
+            "status": ["batching", "batching", "batched", "delivered", "held"],
+        }
+    )
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Acme", "Beta"],
+            "pending": [0, 0],
+            "delivering": [0, 0],
+            "delivered": [0, 1],
+            "failed": [0, 0],
+            "batching": [2, 0],
+            "batched": [1, 0],
+            "cancelled": [0, 0],
+            "held": [0, 1],
+            "total": [3, 2],
+        }
+    )
+    assert_frame_equal(deliveries.states(frame), expected)
+
+
+def test_a_paused_partner_counts_every_event_waiting_for_it() -> None:
+    """Paused with events pending, waiting for a batch and inside a pending batch: each event counts
+    once, the batch request that carries two of them not beside them; only ``pending`` counted."""
+    partners = pd.DataFrame(
+        {"id": ["p_gone"], "name": ["Gone"], "status": ["paused"], "updated_at": utc("2024-03-02T08:30:00")}
+    )
+    log = deliveries.with_batches(
+        pd.DataFrame(
+            {
+                "id": ["e1", "e2", "e3", "e4", "b1", "e5"],
+                "partner_id": ["p_gone"] * 6,
+                "status": ["pending", "batching", "batched", "batched", "pending", "delivered"],
+            }
+        ),
+        pd.DataFrame(
+            {
+                "id": ["e3", "e4", "b1"],
+                "batch_id": ["b1", "b1", None],
+                "is_batch": [False, False, True],
+            }
+        ),
+    )
+    attempts = pd.DataFrame(
+        [("b1", "p_gone", 410, "http_410", "paused")],
+        columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"],
+    ).astype({"status_code": "Int64"})
+    actions = deliveries.action_items(partners, log, attempts)
+    assert actions[["partner_name", "issue", "count"]].to_dict("list") == {
+        "partner_name": ["Gone"],
+        "issue": ["paused"],
+        "count": [4],
+    }
 
 
 def operator_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -526,3 +597,71 @@ def test_no_partners_means_nothing_to_act_on() -> None:
     actions = deliveries.action_items(partners, log, attempts)
     assert actions.empty and list(actions.columns) == list(deliveries.ACTION_COLUMNS)
     assert deliveries.action_report(actions).startswith("Nothing to act on")
+
+
+def pruned_log() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """What retention leaves of a partner that failed in March and has answered since: March's
+    delivered deliveries are gone with their attempts, its delivery still waiting is kept with its
+    two failed attempts, and April's deliveries are all here."""
+    log = pd.DataFrame(
+        {
+            "id": ["waits", "a1", "a2"],
+            "partner_name": ["Acme"] * 3,
+            "status": ["pending", "delivered", "failed"],
+            "updated_at": utc("2024-03-01T10:05:00", "2024-04-10T09:00:00", "2024-04-11T12:00:00"),
+        }
+    )
+    attempts = pd.DataFrame(
+        {
+            "delivery_id": ["waits", "waits", "a1", "a2"],
+            "partner_name": ["Acme"] * 4,
+            "started_at": utc(
+                "2024-03-01T10:00:00", "2024-03-01T10:05:00", "2024-04-10T09:00:00", "2024-04-11T12:00:00"
+            ),
+            "outcome": ["retry", "retry", "delivered", "failed"],
+        }
+    )
+    return log, attempts
+
+
+def test_figures_read_only_the_part_of_the_log_retention_left_whole() -> None:
+    """The log is whole from the oldest settled delivery's last change: the waiting delivery's
+    March failures are set aside, and the rate is April's 50%, not a 25% leaning on what pruning
+    happened to keep."""
+    log, attempts = pruned_log()
+    since = deliveries.complete_since(log)
+    assert since == pd.Timestamp("2024-04-10T09:00:00", tz="UTC")
+    whole = deliveries.complete(attempts, since)
+    assert whole["delivery_id"].tolist() == ["a1", "a2"]
+    assert deliveries.success_rate(whole, by=None)["success_rate"].tolist() == [0.5]
+    assert deliveries.success_rate(attempts, by=None)["success_rate"].tolist() == [0.25]
+
+
+def test_coverage_says_what_the_log_covers_and_what_is_set_aside() -> None:
+    """One paragraph: the span of the attempts, what retention does, and what the figures read."""
+    log, attempts = pruned_log()
+    assert deliveries.coverage(log, attempts) == (
+        "4 attempts logged from 2024-03-01 10:00 to 2024-04-11 12:00 UTC. Retention "
+        f"(SERVICE_RETENTION_DAYS, {deliveries.RETENTION_DEFAULT_DAYS} days unless set) deletes settled deliveries with their attempts "
+        "and keeps waiting ones, failed attempts and all, however old: every settled delivery last "
+        "changed since 2024-04-10 09:00 UTC is still here, so figures over attempts read those from "
+        "then on and set aside the 2 made earlier, which may be only the failures retention keeps."
+    )
+    whole = log["id"].ne("waits")
+    assert deliveries.coverage(log[whole], attempts[attempts["delivery_id"].ne("waits")]).endswith(
+        "is still here, and so is every attempt; nothing is set aside."
+    )
+
+
+def test_a_log_with_nothing_settled_says_its_figures_may_lean_towards_failure() -> None:
+    """Only waiting deliveries left (or none settled yet): nothing to tell the whole part by, so
+    every attempt is read and the paragraph says what that means; an empty log says it is empty."""
+    log, attempts = pruned_log()
+    waiting, tried = log.iloc[:1], attempts.iloc[:2]
+    assert deliveries.complete_since(waiting) is None
+    assert deliveries.complete(tried, None) is tried
+    assert deliveries.coverage(waiting, tried).endswith(
+        "no delivery in the log has settled, so its attempts may be only those of deliveries still "
+        "waiting, which lean towards failure."
+    )
+    assert deliveries.coverage(log.iloc[:0], attempts.iloc[:0]) == "No attempt is logged yet."

@@ -15,8 +15,10 @@ from pandas.testing import assert_frame_equal
 from sqlalchemy import Connection, create_engine, insert, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from analytics import load
+from analytics import load, waitlist
 from service.db import tables
+from service.db.engine import async_url
+from service.settings import Settings
 
 UTC_TIME = "datetime64[us, UTC]"
 T0 = datetime(2024, 3, 1, 10, 0, tzinfo=UTC)
@@ -209,6 +211,7 @@ def expected_registrations() -> pd.DataFrame:
             "intent": ["claim", "member"],
             "project": ["Moon DAO", None],
             "message": ["reach me at a***@example.com", None],
+            "message_length": pd.array([27, None], dtype="Int64"),  # as written, not as masked
             "created_at": utc(at(0), at(60)),
             "updated_at": utc(at(5), at(60)),
         }
@@ -226,6 +229,7 @@ def expected_deliveries() -> pd.DataFrame:
             "status": ["delivered", "pending", "failed"],
             "attempts": [2, 1, 0],
             "created_at": utc(at(1), at(2), at(3)),
+            "updated_at": utc(at(6), at(3), at(3)),
             "delivered_at": utc(at(6), None, None),
             "occurred_at": utc(at(-10), at(-5), at(-10)),
         }
@@ -322,13 +326,43 @@ def test_sources_agree(database: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         assert_frame_equal(load.load_registrations(source), expected_registrations())
 
 
-def test_default_source_is_var_service_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a source or the variable, ./var/service.db is read, as the service writes it."""
+@pytest.mark.parametrize("setting", [None, "sqlite:///var/service.db"])
+def test_the_services_relative_path_is_read_from_the_project_root(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str | None
+) -> None:
+    """Without a source, the default or a relative $SERVICE_DATABASE_URL (what `make lab` exports)
+    names var/service.db under the project root, where `make serve` runs the service and writes
+    it, even from notebooks/, where a notebook's kernel runs: it looked for notebooks/var/."""
     (tmp_path / "var").mkdir()
+    (tmp_path / "notebooks").mkdir()
     build_database(tmp_path / "var" / "service.db")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(load.ENV_VAR, raising=False)
+    monkeypatch.setattr(load, "PROJECT_ROOT", tmp_path)
+    monkeypatch.chdir(tmp_path / "notebooks")
+    if setting is None:
+        monkeypatch.delenv(load.ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(load.ENV_VAR, setting)
     assert_frame_equal(load.load_registrations(), expected_registrations())
+    # A relative path given by the caller is the caller's own, read from the working directory.
+    assert_frame_equal(load.load_registrations("../var/service.db"), expected_registrations())
+
+
+def test_a_missing_service_database_names_the_file_looked_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No database where the service's setting points: the error names the full path under the
+    project root, the setting, and what to do, before any connection is made; it named only the
+    relative path, looked for from wherever the caller was."""
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.setattr(load, "PROJECT_ROOT", tmp_path)
+    monkeypatch.chdir(tmp_path / "notebooks")
+    with pytest.raises(FileNotFoundError) as raised:
+        load.database_url(None, {load.ENV_VAR: "sqlite:///var/service.db"})
+    assert str(raised.value) == (
+        f"no SQLite database at {tmp_path}/var/service.db ($SERVICE_DATABASE_URL, or its default, is "
+        f"sqlite:///var/service.db: a relative path there is read from {tmp_path}, where `make serve` "
+        "runs the service); start the service once to create it, or name the database to read"
+    )
 
 
 async def test_loads_inside_a_running_event_loop(database: Path) -> None:
@@ -347,6 +381,29 @@ async def test_loads_inside_a_running_event_loop(database: Path) -> None:
 def test_database_url(source: str | None, environ: dict[str, str], url: str) -> None:
     """PostgreSQL URLs, given or from the environment, are read through asyncpg."""
     assert load.database_url(source, environ).render_as_string() == url
+
+
+@pytest.mark.parametrize(
+    ("source", "url"),
+    [
+        ("postgres://app@db/service", "postgresql+asyncpg://app@db/service"),
+        ("postgresql://app@db/service?sslmode=require", "postgresql+asyncpg://app@db/service?ssl=require"),
+    ],
+)
+def test_database_url_takes_every_url_the_service_takes(source: str, url: str) -> None:
+    """``postgres://`` and libpq's ``sslmode`` (every hosted database's URL) are read as the service
+    reads them (``service.db.engine.async_url``): one was refused, the other reached asyncpg as a
+    keyword it does not know."""
+    Settings(database_url=source)  # the service takes it
+    assert load.database_url(source, {}).render_as_string() == url
+    assert load.database_url(source, {}) == async_url(source)
+
+
+def test_a_url_with_sslmode_reaches_the_database() -> None:
+    """Loading from a URL with ``sslmode`` goes as far as connecting (refused: nothing listens on
+    port 1), where it stopped with a TypeError, asyncpg's unexpected keyword ``sslmode``."""
+    with pytest.raises(OSError):
+        load.load_registrations("postgresql://reader@127.0.0.1:1/service?sslmode=disable")
 
 
 def test_database_url_for_a_sqlite_path(database: Path) -> None:
@@ -456,3 +513,12 @@ def test_partners_of_one_name_are_told_apart_by_their_ids(tmp_path: Path) -> Non
         assert named["partner_name"].nunique() == named["partner_id"].nunique()
     alone = load.load_partners(build_database(tmp_path / "apart.db"))
     assert sorted(alone["name"]) == ["Acme", "Beta"]
+
+
+def test_message_lengths_count_the_message_as_written(database: Path) -> None:
+    """An address in a message is masked for display (``a***@example.com``, a character longer
+    here) but its length is the message's as written: 27 characters, where 28 were counted."""
+    registrations = load.load_registrations(database)
+    assert registrations["message"].iloc[0] == "reach me at a***@example.com"
+    summary = waitlist.message_lengths(registrations).summary
+    assert summary[["messages", "mean", "max"]].iloc[0].tolist() == [1, 27.0, 27.0]

@@ -269,3 +269,33 @@ def test_the_notebook_runs_on_a_new_database(sqlite_url: str, name: str) -> None
         assert "Nothing to act on" in text
     else:
         assert "0 registrations" in text
+
+
+def test_the_delivery_notebook_sets_aside_what_retention_may_have_thinned(sqlite_url: str) -> None:
+    """A delivery to Recovered still waiting since 40 days ago, its two failed attempts kept by
+    retention while the deliveries settled beside them were pruned: the notebook says what span the
+    log covers and reads its rates without those two, where it counted them in "all history"."""
+    events, log, attempts = tiny_rows()
+    long_ago = NOW - timedelta(days=40)
+    events.append(_event(99, "room.claimed", long_ago))
+    log.append(
+        _delivery("dlv_waits", "evt_99", RECOVERED, long_ago, status="pending", attempts=2, delivered_at=None)
+    )
+    attempts += [
+        _attempt("dlv_waits", "evt_99", RECOVERED, number, long_ago + timedelta(minutes=number), False)
+        for number in (1, 2)
+    ]
+
+    async def fill() -> None:
+        engine = create_async_engine(sqlite_url)
+        try:
+            async with engine.begin() as conn:
+                await conn.run_sync(lambda sync: fill_tiny(sync, events, log, attempts))
+        finally:
+            await engine.dispose()
+
+    asyncio.new_event_loop().run_until_complete(fill())
+    text = run_notebook("04-delivery-logs.ipynb", sqlite_url)
+    assert "19 attempts logged from 2026-05-20 12:01 to 2026-06-29 10:00 UTC." in text
+    assert "set aside the 2 made earlier, which may be only the failures retention keeps." in text
+    assert "1    Recovered        16         10         0.625" in text  # not 18 attempts, 55.6%

@@ -21,7 +21,9 @@ from service.demo.receivers import Received, Receiver
 from service.ids import SeededIds
 from service.settings import Settings
 
-CAPTURE_START = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
+# After the catalog examples it publishes (room.claimed at 14:05:12, room.upgraded at 15:30):
+# an event is never recorded ahead of the service's clock.
+CAPTURE_START = datetime(2026, 6, 29, 16, 0, tzinfo=UTC)
 # Not a credential: it guards only the capture's own server, on loopback, while it runs.
 CAPTURE_ADMIN_TOKEN = "capture-admin-token-for-the-loopback-server"  # noqa: S105
 CAPTURE_SEED = "capture"  # the partner id the signature notebook shows
