@@ -89,6 +89,19 @@ def test_the_event_kinds_error_is_tied_to_their_fieldset(make_client: Any) -> No
     assert _elements(response.text).text["events-error"] == "Name one of the event kinds in the catalog."
 
 
+def test_a_publish_refused_is_tied_to_the_payload(make_client: Any) -> None:
+    """An event the catalog refuses: the list of what is wrong is named by the payload's text box,
+    which is invalid."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        csrf = _csrf(client.get("/console/events/new", cookies=cookies).text)
+        data = {"event": "platform.milestone", "payload": '{"value": "many"}', "csrf": csrf}
+        response = client.post("/console/events", data=data, headers=ORIGIN, cookies=cookies)
+    assert response.status_code == 400
+    _tied(response.text, "payload", "payload-error", invalid=True)
+    assert '<div class="error" role="alert" id="payload-error">\n  <p>Nothing was published:</p>' in response.text
+
+
 def test_a_wrong_token_is_tied_to_the_token_field(make_client: Any) -> None:
     """A wrong admin token: the alert is named by the token field, which is invalid."""
     with make_client(admin_token=TOKEN) as client:
