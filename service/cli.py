@@ -19,8 +19,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from service import commands
-from service.db.engine import DatabaseUnusable, check_database
-from service.db.faults import unavailable
+from service.db.engine import DatabaseUnusable, check_database, sqlite_directory, sqlite_path
+from service.db.faults import lasting, unavailable
 from service.db.registrations import COLUMNS
 from service.keyring import Keyring, KeyringError, UnreadableSecret, load_keyring
 from service.registrations_ops import RegistrationOperations, neutralise
@@ -311,6 +311,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     run: Command = args.run
     try:
+        database = sqlite_path(settings.database_url)
+        if database is not None:
+            # Made here, before anything else beside the file (the key file, service.keyring): a
+            # directory that cannot be made stops every command in the same line, exit status 2.
+            sqlite_directory(database)
         return run(args, settings)
     except KeyringError as error:
         print(f"configuration error: {error}", file=sys.stderr)
@@ -324,8 +329,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except Exception as error:
         # The database locked past the busy timeout, or gone, once past the start's check (while
-        # it is migrated, say): a moment's fault, one line and exit status 1, not a traceback.
+        # it is migrated, say): a moment's fault, one line and exit status 1, not a traceback. A
+        # fault that will not pass (a table missing, a file that is not a database): exit 2.
         if not unavailable(error):
             raise
         print(commands.storage_fault(error), file=sys.stderr)
-        return 1
+        return 2 if lasting(error) else 1

@@ -5,8 +5,9 @@
 
 ``run`` migrates, opens the engine, acts for ``cli:`` and the operating-system user in the audit
 trail (``service.audit``), runs the operation and prints its JSON answer on stdout; a refusal is
-the admin API's error shape on stderr with exit status 1, and a database that cannot do the work
-now (what the admin API answers 503) one line on stderr, exit status 1.
+the admin API's error shape on stderr with exit status 1 (``refused``), and a database that cannot
+do the work now (what the admin API answers 503) one line on stderr, exit status 1, or 2 where
+the fault will not pass on its own (``service.db.faults.lasting``).
 
 Output goes through ``STDOUT``, so output that cannot be written (a closed pipe, a full disk) is
 told apart from a database that failed (``OutputFailed``).
@@ -21,7 +22,7 @@ import os
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from alembic.script.revision import ResolutionError
 from alembic.util import CommandError
@@ -29,9 +30,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import audit
 from service.db.engine import DatabaseUnusable, check_database, create_engine, migrate
+from service.db.faults import lasting
 from service.exceptions import DomainError
 from service.params import ascii_whole
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from service.errors import ServiceError
 
 WIDTH = 88  # help screens fit a terminal of this many columns
 EVERY_SETTING = tuple(Settings.model_fields)
@@ -172,6 +177,17 @@ def print_json(document: Any, out: TextIO | Stdout | None = None) -> None:
     print(json.dumps(document, ensure_ascii=False, indent=2), file=out or STDOUT)
 
 
+def refused(error: DomainError | ServiceError) -> int:
+    """Exit status 1, with the body the admin API answers ``error`` with on stderr: the same
+    message, and the same field errors, as many as it shows (``service.errors.shown``)."""
+    # Imported here: a command loads the web framework's errors only once something is refused.
+    from service.errors import from_domain
+
+    answer = from_domain(error) if isinstance(error, DomainError) else error
+    print_json(answer.body(), sys.stderr)
+    return 1
+
+
 def migrate_schema(database_url: str) -> None:
     """``migrate``, but a database at a schema revision this release does not know raises
     ``DatabaseUnusable`` (one line, exit status 2).
@@ -201,9 +217,12 @@ def _innermost(error: BaseException) -> BaseException:
 
 def storage_fault(error: BaseException) -> str:
     """The one line for an error the database raised because it cannot do the work now (locked by
-    another writer past the busy timeout, unreachable, its disk full)."""
+    another writer past the busy timeout, unreachable, its disk full), or will not until it is
+    mended (``service.db.faults.lasting``: a table missing, a file that is not a database)."""
     cause = _innermost(error)
     reason = (str(cause).splitlines() or [type(cause).__name__])[0]
+    if lasting(error):
+        return f"error: the database cannot do this ({reason}); trying again will not help"
     return f"error: the database cannot do this now ({reason}); try again shortly"
 
 
@@ -216,11 +235,12 @@ def run(
     """Run ``work(engine)`` on a migrated database; ``show`` its answer, or print why not.
 
     Exit status 0 with the answer shown; 1 with the error shape on stderr when the operation
-    refused. A database that cannot do the work now (the faults the admin API answers 503: a lock
-    held past the busy timeout, the database gone) raises, and ``service.cli.main`` says so in one
-    line (``storage_fault``), exit status 1, as it does for every command and start;
-    ``DatabaseUnusable`` (exit status 2) when it cannot be used at all. Output that cannot be
-    written raises ``OutputFailed``, never taken for a database fault.
+    refused (``refused``). A database that cannot do the work now (the faults the admin API
+    answers 503: a lock held past the busy timeout, the database gone) raises, and
+    ``service.cli.main`` says so in one line (``storage_fault``), exit status 1, as it does for
+    every command and start; 2 for such a fault that will not pass (a table missing), and for
+    ``DatabaseUnusable``, when it cannot be used at all. Output that cannot be written raises
+    ``OutputFailed``, never taken for a database fault.
     """
     check_database(settings.database_url)
 
@@ -236,7 +256,6 @@ def run(
         migrate_schema(settings.database_url)
         answer = asyncio.run(main())
     except DomainError as error:
-        print_json(error.body(), sys.stderr)
-        return 1
+        return refused(error)
     show(answer)
     return 0

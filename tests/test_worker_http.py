@@ -39,11 +39,11 @@ class Monotonic:
 
 
 @asynccontextmanager
-async def serving(
+async def listening(
     database_url: str, clock: ManualClock, *, heartbeat: Beat | None = None,
     monotonic: Callable[[], float] | None = None, metrics: Metrics | None = None,
-) -> AsyncIterator[Callable[[str], Any]]:
-    """The worker's app on a free loopback port; yields ``get(path) -> (status, body)``."""
+) -> AsyncIterator[str]:
+    """The worker's app on a free loopback port; yields its base URL."""
     engine = create_engine(database_url)
     app = worker_http.create_app(
         heartbeat=heartbeat or Beat(100.0),
@@ -56,18 +56,30 @@ async def serving(
     runner = await worker_http.start(app, "127.0.0.1", 0)
     host, port = runner.addresses[0][:2]
     try:
-        async with aiohttp.ClientSession() as session:
-
-            async def get(path: str) -> tuple[int, Any, str]:
-                async with session.get(f"http://{host}:{port}{path}") as response:
-                    text = await response.text()
-                    body = await response.json() if response.content_type == "application/json" else text
-                    return response.status, body, response.headers["Content-Type"]
-
-            yield get
+        yield f"http://{host}:{port}"
     finally:
         await runner.cleanup()
         await engine.dispose()
+
+
+@asynccontextmanager
+async def serving(
+    database_url: str, clock: ManualClock, *, heartbeat: Beat | None = None,
+    monotonic: Callable[[], float] | None = None, metrics: Metrics | None = None,
+) -> AsyncIterator[Callable[[str], Any]]:
+    """The worker's app on a free loopback port; yields ``get(path) -> (status, body)``."""
+    async with (
+        listening(database_url, clock, heartbeat=heartbeat, monotonic=monotonic, metrics=metrics) as base,
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def get(path: str) -> tuple[int, Any, str]:
+            async with session.get(f"{base}{path}") as response:
+                text = await response.text()
+                body = await response.json() if response.content_type == "application/json" else text
+                return response.status, body, response.headers["Content-Type"]
+
+        yield get
 
 
 @pytest.mark.parametrize(
@@ -138,3 +150,29 @@ async def _scrape_and_check(database_url: str, clock: ManualClock, partner_id: s
     assert samples[("service_webhook_deliveries_waiting", (("partner", partner_id),))] == 1.0
     assert samples[("service_webhook_oldest_waiting_seconds", (("partner", partner_id),))] == 30.0
     assert samples[("service_webhook_queue_depth", (("status", "pending"),))] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "body", "allow"),
+    [
+        ("GET", "/", 404, {"ok": False, "message": "Nothing is here."}, None),
+        ("GET", "/healthz/more", 404, {"ok": False, "message": "Nothing is here."}, None),
+        ("POST", "/nowhere", 404, {"ok": False, "message": "Nothing is here."}, None),
+        ("POST", "/healthz", 405, {"ok": False, "message": "This method is not allowed here."}, "GET,HEAD"),
+        ("DELETE", "/readyz", 405, {"ok": False, "message": "This method is not allowed here."}, "GET,HEAD"),
+        ("PUT", "/metrics", 405, {"ok": False, "message": "This method is not allowed here."}, "GET,HEAD"),
+    ],
+)
+async def test_other_paths_and_methods_are_answered_in_the_services_error_shape(
+    sqlite_url: str, clock: ManualClock, method: str, path: str, status: int, body: Any, allow: str | None
+) -> None:
+    """An unknown path is 404 and another method on a probe 405 with Allow, as JSON with the
+    sentences the server answers them with, not aiohttp's plain text."""
+    async with (
+        listening(sqlite_url, clock) as base,
+        aiohttp.ClientSession() as session,
+        session.request(method, f"{base}{path}") as response,
+    ):
+        answered = (response.status, response.content_type, await response.json(content_type=None))
+        assert response.headers.get("Allow") == allow
+    assert answered == (status, "application/json", body)

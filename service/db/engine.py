@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -119,22 +120,80 @@ def _ours(directory: Path, database: Path) -> bool:
     return all(entry.name in names for entry in directory.iterdir())
 
 
-def private_sqlite_files(database: Path) -> None:
-    """Make the database's directory (when it is the service's own) 0700 and its files 0600, and
-    create the database file 0600 if it does not exist yet."""
+# What stops the database's directory or files being made or made private as configured: a file
+# where a directory must be, no permission, a read-only file system. No restart mends these; a full
+# disk (ENOSPC), or a process short of file descriptors, may pass, and stays an OSError.
+_MISPLACED = frozenset(
+    {
+        errno.EEXIST,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENAMETOOLONG,
+        errno.ELOOP,
+    }
+)
+
+
+def _in_the_way(directory: Path) -> Path | None:
+    """The nearest of ``directory`` and its parents that exists, when it is not a directory."""
+    try:
+        for path in (directory, *directory.parents):
+            if path.exists():
+                return None if path.is_dir() else path
+    except OSError:  # a parent that may not be looked into: the error's own words say so
+        pass
+    return None
+
+
+def _misplaced(database: Path, error: OSError) -> DatabaseUnusable:
+    """The one line for a database whose directory or file cannot be made where it is configured."""
+    blocker = _in_the_way(database.parent) if error.errno in (errno.EEXIST, errno.ENOTDIR) else None
+    if blocker is not None:
+        reason = f"{blocker} is not a directory"
+    else:
+        reason = f"{error.strerror}: {error.filename}" if error.filename else str(error.strerror)
+    return DatabaseUnusable(
+        f"the SQLite database {database} cannot be kept there ({reason}); check SERVICE_DATABASE_URL"
+    )
+
+
+def sqlite_directory(database: Path) -> None:
+    """Make the database's directory 0700 if it does not exist (or make it 0700 when it holds
+    nothing but this database's files); raises ``DatabaseUnusable`` naming the path when it cannot
+    be (a file in the way, no permission): a configuration error, exit status 2 for every command."""
     directory = database.parent
-    if not directory.exists():
-        directory.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
-        directory.chmod(PRIVATE_DIRECTORY)  # mkdir's mode is cut by the umask; this is not
-    elif _ours(directory, database) and stat.S_IMODE(directory.stat().st_mode) & 0o077:
-        directory.chmod(PRIVATE_DIRECTORY)
-    with contextlib.suppress(FileExistsError):
-        os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
-    for suffix in SQLITE_COMPANIONS:
-        path = database.with_name(database.name + suffix)
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_IMODE(path.stat().st_mode) & 0o077:
-                path.chmod(PRIVATE_FILE)
+    try:
+        if not directory.exists():
+            directory.mkdir(mode=PRIVATE_DIRECTORY, parents=True, exist_ok=True)
+            directory.chmod(PRIVATE_DIRECTORY)  # mkdir's mode is cut by the umask; this is not
+        elif _ours(directory, database) and stat.S_IMODE(directory.stat().st_mode) & 0o077:
+            directory.chmod(PRIVATE_DIRECTORY)
+    except OSError as error:
+        if error.errno not in _MISPLACED:
+            raise
+        raise _misplaced(database, error) from None
+
+
+def private_sqlite_files(database: Path) -> None:
+    """Make the database's directory (``sqlite_directory``) and its files 0600, and create the
+    database file 0600 if it does not exist yet; raises ``DatabaseUnusable`` naming the path when
+    they cannot be made where they are configured."""
+    sqlite_directory(database)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+        for suffix in SQLITE_COMPANIONS:
+            path = database.with_name(database.name + suffix)
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_IMODE(path.stat().st_mode) & 0o077:
+                    path.chmod(PRIVATE_FILE)
+    except OSError as error:
+        if error.errno not in _MISPLACED:
+            raise
+        raise _misplaced(database, error) from None
 
 
 def sqlite_pragmas(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:

@@ -1,11 +1,17 @@
 """Which errors mean the storage cannot do the work now, rather than a bug or a bad row.
 
 Such an error answers 503 on every route (the client may try again shortly), never 500, and a
-command exits 1: the database unreachable, a link gone silent (a timeout), a full disk, a read-only
-file or database, a server shutting down, or PostgreSQL ending a transaction to break a deadlock or
+command exits 1: the database unreachable, a link gone silent (a timeout), a full disk, a standby
+after a failover, a server shutting down, or PostgreSQL ending a transaction to break a deadlock or
 a serialization conflict (``rolled_back``: two transactions met at the wrong moment; the same work
 a moment later goes through). A row the database refuses (``service.db.writer.refused_rows``) is
 not one.
+
+Some of them will not pass on their own (``lasting``): the schema damaged or not this release's (a
+table or column missing), a file that is not a database or is damaged, a database the service may
+not write or open where it is configured, a role refused, a database dropped. A request meeting one
+is still answered 503 (nothing was accepted), but a command exits 2, which the systemd units do not
+restart (``RestartPreventExitStatus``): restarting would meet the same fault for ever.
 """
 
 from __future__ import annotations
@@ -32,13 +38,39 @@ _UNAVAILABLE = (
     ConnectionError,
     OSError,
     sqlalchemy.exc.TimeoutError,  # no pooled connection came free in time
-    sqlite3.OperationalError,  # disk full, read-only, locked past the busy timeout, I/O error
+    sqlite3.OperationalError,  # disk full, locked past the busy timeout, I/O error; and _LASTING_SQLITE
     asyncpg.exceptions.PostgresConnectionError,
     asyncpg.exceptions.InterfaceError,  # the connection is closed
     asyncpg.exceptions.InsufficientResourcesError,  # disk full, out of memory
     asyncpg.exceptions.OperatorInterventionError,  # shut down, cancelled, statement timeout
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby after a failover
     *_ROLLED_BACK,  # a deadlock or a serialization conflict, broken by ending this transaction
+)
+
+_PRIMARY = 0xFF  # an extended result code's low byte is its primary code
+# SQLite's primary result codes (https://sqlite.org/rescode.html) no wait mends; the others it raises
+# as an OperationalError (busy, locked, full, I/O error, interrupted) pass.
+_LASTING_SQLITE = frozenset(
+    {
+        sqlite3.SQLITE_ERROR,  # no such table or column: the schema is damaged or not this release's
+        sqlite3.SQLITE_PERM,
+        sqlite3.SQLITE_READONLY,  # attempt to write a readonly database: the file's mode or owner
+        sqlite3.SQLITE_CORRUPT,  # database disk image is malformed
+        sqlite3.SQLITE_CANTOPEN,  # unable to open database file: its path or directory is wrong
+        sqlite3.SQLITE_AUTH,
+        sqlite3.SQLITE_NOTADB,  # file is not a database
+    }
+)
+# PostgreSQL's SQLSTATEs no wait mends (the PostgreSQL manual, "Errcodes"). A read-only transaction
+# (25006) is not one: a standby after a failover is promoted, or the service reaches the new primary.
+_LASTING_POSTGRESQL = (
+    asyncpg.exceptions.UndefinedTableError,  # 42P01: the schema is damaged or not this release's
+    asyncpg.exceptions.UndefinedColumnError,  # 42703
+    asyncpg.exceptions.UndefinedObjectError,  # 42704
+    asyncpg.exceptions.InvalidSchemaNameError,  # 3F000
+    asyncpg.exceptions.InsufficientPrivilegeError,  # 42501: the role may not use a table
+    asyncpg.exceptions.InvalidCatalogNameError,  # 3D000: the database was dropped
+    asyncpg.exceptions.InvalidAuthorizationSpecificationError,  # 28000, 28P01: the role is refused
 )
 
 
@@ -66,10 +98,22 @@ def rolled_back(error: BaseException) -> bool:
 
 def unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the storage cannot do the work now (503), not that the request or the
-    code is at fault."""
+    code is at fault; some such faults are also ``lasting``."""
     if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
         return True
-    return any(isinstance(seen, _UNAVAILABLE) for seen in _chain(error))
+    return any(isinstance(seen, _UNAVAILABLE) for seen in _chain(error)) or lasting(error)
+
+
+def lasting(error: BaseException) -> bool:
+    """Whether ``error`` (or any error under it) is a storage fault that will not pass on its own:
+    a command exits 2 on it, not 1 (``service.cli.main``)."""
+    for seen in _chain(error):
+        if isinstance(seen, _LASTING_POSTGRESQL):
+            return True
+        code = getattr(seen, "sqlite_errorcode", None) if isinstance(seen, sqlite3.Error) else None
+        if isinstance(code, int) and (code & _PRIMARY) in _LASTING_SQLITE:
+            return True
+    return False
 
 
 async def once_more_if_rolled_back(transaction: Callable[[], Awaitable[T]], what: str) -> T:

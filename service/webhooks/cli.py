@@ -108,6 +108,8 @@ def cmd_add(args: argparse.Namespace, settings: Settings) -> int:
     data: dict[str, Any] = {"name": args.name, "url": args.url}
     if args.events is not None:
         data["events"] = _kinds(args.events)
+    if args.max_in_flight is not None:
+        data["maxInFlight"] = _whole(args.max_in_flight)  # held to what POST /admin/partners takes
     batch: dict[str, Any] = {}
     if args.batch_events is not None:
         batch["events"] = _kinds(args.batch_events)
@@ -183,11 +185,12 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
             raise PayloadTooLarge()
         data = parse_json_object(raw)
     except OSError as error:
-        print(f"cannot read {args.file}: {error.strerror}", file=sys.stderr)
-        return 1
+        # The FILE argument is at fault, named as ``_id`` names an id argument: the error shape,
+        # exit status 1, as for any refused input.
+        reason = error.strerror or type(error).__name__
+        return commands.refused(invalid("file", "invalid", f"The file cannot be read: {reason}."))
     except ServiceError as error:
-        commands.print_json(error.body(), sys.stderr)
-        return 1
+        return commands.refused(error)
     # A worker in another process hears of it by NOTIFY (PostgreSQL) or at its next poll.
     return _run(settings, lambda operations: operations.publish(data))
 
@@ -319,6 +322,11 @@ def register(group: Any) -> None:
     add.add_argument("--name", required=True, help="the partner's name, shown in listings")
     add.add_argument("--url", required=True, help="https endpoint that receives signed deliveries")
     add.add_argument("--events", help="comma-separated event kinds (default: every kind)")
+    add.add_argument(
+        "--max-in-flight",
+        metavar="N",
+        help="its own cap on attempts in flight (default: SERVICE_WEBHOOK_MAX_IN_FLIGHT)",
+    )
     add.add_argument(
         "--batch-events",
         help="comma-separated high-volume kinds to deliver in batches, one POST per kind "

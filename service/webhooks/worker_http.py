@@ -14,6 +14,9 @@ with aiohttp, which the sender already uses:
   ``service_webhook_worker_stale_after_seconds`` (how long ``/healthz`` lets it be quiet), so an
   alert tells exactly what ``/healthz`` tells: ``time() - last turn > stale after``.
 
+Any other path answers 404, and another method on these 405 with ``Allow``, in the service's one
+error shape with the sentences the server answers them with (``service.errors``).
+
 The worker tells when its loop last turned through ``Heartbeat``: its ``last_turn`` is
 ``time.monotonic()`` at the top of each turn.
 """
@@ -21,7 +24,7 @@ The worker tells when its loop last turned through ``Heartbeat``: its ``last_tur
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
@@ -30,6 +33,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.clock import Clock
 from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, Probe
+from service.errors import MethodNotAllowed, NotFound
+from service.exceptions import error_body
 from service.metrics import CONTENT_TYPE, Metrics
 from service.webhooks.scrape import refresh_gauges
 
@@ -66,6 +71,21 @@ def loop_gauges(metrics: Metrics, last_turn: Callable[[], float], stale_after: f
         "Seconds without a turn after which /healthz answers 503 (the loop counts as stuck).",
         registry=metrics.registry,
     ).set(stale_after)
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """aiohttp's plain-text 404 and 405 (its router raises them) as the service's JSON error shape."""
+    try:
+        return await handler(request)
+    except web.HTTPMethodNotAllowed as error:
+        allow = {"Allow": error.headers["Allow"]}
+        return web.json_response(error_body(MethodNotAllowed.message, []), status=405, headers=allow)
+    except web.HTTPNotFound:
+        return web.json_response(error_body(NotFound.message, []), status=404)
 
 
 def create_app(
@@ -106,7 +126,7 @@ def create_app(
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     probe = Probe(engine, within=PROBE_WITHIN)
-    app = web.Application()
+    app = web.Application(middlewares=[json_errors])
     app.on_cleanup.append(lambda app: probe.close())
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
