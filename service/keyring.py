@@ -6,7 +6,9 @@ front, running ``python -m service secrets re-encrypt``, then dropping the old o
 
 Unset, an embedded SQLite database gets a key file beside it (``<database>.key``, mode 0600,
 made with ``O_EXCL`` so two processes starting together agree on one key, reused afterwards); a
-PostgreSQL database has no such place every server can share, so the service refuses to start.
+PostgreSQL database has no such place every server can share, so the service refuses to start. A
+key file that cannot be read or holds no Fernet key stops the start as a malformed
+``SERVICE_SECRETS_KEY`` does (``KeyringError``), naming the file, never its content.
 
 A stored secret is ``fernet:`` followed by the Fernet token. A value without the prefix is a
 plaintext secret written before secrets were sealed (migration 0005 moves them as they were):
@@ -84,22 +86,39 @@ class Keyring:
         return SEALED + token.decode("ascii")
 
 
-def parse_keys(text: str) -> Keyring:
-    """``SERVICE_SECRETS_KEY``'s keys, newest first; raises ``KeyringError`` on a malformed one."""
+# What a key file that holds no key is told (its path goes first): the secrets sealed under the key
+# it held are lost without it, so a new key is no way back, unless none was sealed yet.
+NOT_A_KEY = (
+    "does not hold a Fernet key (32 url-safe base64-encoded bytes): restore it from a backup, or "
+    "set SERVICE_SECRETS_KEY to the key that sealed the partner secrets (with none stored yet, "
+    "delete it and a new one is made)"
+)
+
+
+def parse_keys(text: str, *, key_file: Path | None = None) -> Keyring:
+    """``SERVICE_SECRETS_KEY``'s keys, newest first, or those of the embedded database's
+    ``key_file``; raises ``KeyringError`` on a malformed one, naming where it was read (never
+    its value)."""
     parts = [part.strip() for part in text.split(",") if part.strip()]
     if not parts:
-        raise KeyringError("SERVICE_SECRETS_KEY lists no key")
+        raise _malformed(key_file, "SERVICE_SECRETS_KEY lists no key")
     fernets = []
     for index, part in enumerate(parts, 1):
         try:
             fernets.append(Fernet(part.encode("ascii")))
         except (ValueError, UnicodeEncodeError):
-            raise KeyringError(
+            raise _malformed(
+                key_file,
                 f"SERVICE_SECRETS_KEY key {index} is not a Fernet key (32 url-safe base64-encoded "
                 "bytes); make one with: python -c 'from cryptography.fernet import Fernet; "
-                "print(Fernet.generate_key().decode())'"
+                "print(Fernet.generate_key().decode())'",
             ) from None
     return Keyring(MultiFernet(fernets), len(fernets))
+
+
+def _malformed(key_file: Path | None, setting_fault: str) -> KeyringError:
+    """The error for keys that do not parse: ``setting_fault`` when they came from the setting."""
+    return KeyringError(setting_fault if key_file is None else f"the key file {key_file} {NOT_A_KEY}")
 
 
 def key_file(database_url: str) -> Path | None:
@@ -115,21 +134,29 @@ def _read_or_make(path: Path) -> str:
     0600), then linked to ``path``, which fails if ``path`` exists: of two processes starting
     together one key wins, and no process ever reads a key file half written.
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if not path.exists():
-        descriptor, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".new", dir=path.parent)
-        draft = Path(name)
-        try:
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not path.exists():
+            descriptor, name = tempfile.mkstemp(prefix=f"{path.name}.", suffix=".new", dir=path.parent)
+            draft = Path(name)
             try:
-                os.write(descriptor, Fernet.generate_key() + b"\n")
-                os.fsync(descriptor)
+                try:
+                    os.write(descriptor, Fernet.generate_key() + b"\n")
+                    os.fsync(descriptor)
+                finally:
+                    os.close(descriptor)
+                with contextlib.suppress(FileExistsError):  # another process's key won
+                    os.link(draft, path)
             finally:
-                os.close(descriptor)
-            with contextlib.suppress(FileExistsError):  # another process's key won
-                os.link(draft, path)
-        finally:
-            draft.unlink(missing_ok=True)
-    text = path.read_text(encoding="ascii").strip()
+                draft.unlink(missing_ok=True)
+        text = path.read_text(encoding="ascii").strip()
+    except UnicodeDecodeError:
+        # The error's own text quotes a byte of the file: never repeated.
+        raise KeyringError(f"the key file {path} {NOT_A_KEY}") from None
+    except OSError as error:
+        # A directory, no permission to read, a full disk: the file's fault, never the database's
+        # (service.db.faults would take a bare OSError for a moment's storage fault).
+        raise KeyringError(f"the key file {path} cannot be read or made: {error.strerror or error}") from None
     if not text:
         raise KeyringError(f"the key file {path} is empty")
     return text
@@ -152,7 +179,7 @@ def load_keyring(settings: Settings) -> Keyring:
     path = key_file(settings.database_url)
     if path is None:
         return _EPHEMERAL.setdefault(settings.database_url, parse_keys(Fernet.generate_key().decode()))
-    keyring = parse_keys(_read_or_make(path))
+    keyring = parse_keys(_read_or_make(path), key_file=path)
     with contextlib.suppress(OSError):  # a file made by an earlier release, or copied in
         if path.stat().st_mode & 0o077:
             path.chmod(PRIVATE_FILE)

@@ -10,7 +10,8 @@ deliveries ``delivering`` until the lease runs out, and then any worker takes th
 once). Claims read each partner with room under its cap through the partial index
 ``ix_deliveries_partner_claimable``, which holds only pending and delivering rows, by partner in due
 order. A claim also forms the batches that are ready (``service.webhooks.batching``) and opens the
-claimed partners' secrets once per claim.
+claimed partners' secrets once per claim; what it took of a partner with no secret that opens is
+handed back ``pending`` in the same transaction, due again when the lease would have ended.
 
 **Slots and depth.** Each claim is made by a holder (a worker run, ``claimed_by``) and gives every
 job its partner's *slots*: the partner's cap less the live claims other holders have on it, and
@@ -495,9 +496,7 @@ async def claim_due(
     # column by name costs more than the rest of building one.
     for delivery_id, attempts, event_id, kind, payload, batch, partner_id, url, probe, slots in rows:
         if partner_id not in signing:
-            # Nothing to sign with (see _claimed_secrets): left claimed, it is due again when the
-            # lease ends, and goes out once the key is back in SERVICE_SECRETS_KEY.
-            continue
+            continue  # nothing to sign with (see _claimed_secrets): handed back below
         jobs.append(
             Job(
                 delivery_id,
@@ -515,7 +514,32 @@ async def claim_due(
                 slots,
             )
         )
+    if len(jobs) < len(rows):  # rare: a partner's secrets discarded, or sealed under a dropped key
+        waiting = {row.partner_id for row in rows} - signing.keys()
+        await _hand_back_unsigned(conn, waiting, token=token, until=until, now=now)
     return jobs
+
+
+async def _hand_back_unsigned(
+    conn: AsyncConnection, partner_ids: Collection[str], *, token: str, until: datetime, now: datetime
+) -> None:
+    """Make what this claim took of ``partner_ids``, partners it cannot sign for, ``pending`` again,
+    unclaimed, due when the claim's lease would have ended, and the rest of their deliveries due now
+    with it: they show as waiting (no attempt, no worker holding them), and each partner is claimed
+    again once a lease, not a few of its deliveries at every turn, until it has a secret that opens
+    (``rotate-secret``, or the key that sealed its secret listed again)."""
+    due = and_(_claimable(deliveries), deliveries.c.next_attempt_at <= now)
+    await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.partner_id.in_(partner_ids), or_(deliveries.c.claim_token == token, due))
+        .values({**requeued(now), "next_attempt_at": until, "claimed_by": None})
+    )
+    for partner_id in sorted(partner_ids):
+        log.warning(
+            "partner has no secret to sign with; its deliveries wait for rotate-secret, or for the "
+            "key that sealed its secret to be listed in SERVICE_SECRETS_KEY again",
+            extra={"partner": partner_id},
+        )
 
 
 async def release(conn: AsyncConnection, jobs: Sequence[Job], *, now: datetime) -> None:

@@ -159,6 +159,10 @@ UNREADABLE = (
     "The partner's secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; add that "
     "key again, or rotate the secret."
 )
+UNSIGNABLE = (
+    "The partner has no signing secret (discard-unreadable deleted the ones no key opened); "
+    "rotate-secret gives it one, and its deliveries wait until then."
+)
 UNREADABLE_STORE = (
     "A stored partner secret was encrypted with a key SERVICE_SECRETS_KEY no longer lists; list "
     "that key after the newest and run this again."
@@ -301,7 +305,8 @@ class Operations:
         return partner.public(self.clock())
 
     async def test(self, partner_id: str) -> Document:
-        """One signed ``webhook.test`` delivery, sent now with every live secret; never retried."""
+        """One signed ``webhook.test`` delivery, sent now with every live secret; never retried.
+        A partner left with no secret (``discard_unreadable_secrets``) is a ``StateConflict``."""
         async with self.engine.begin() as conn:
             # The secrets first: their read starts by deleting expired ones, and on SQLite a
             # transaction that writes before it reads never has to upgrade a read lock.
@@ -314,12 +319,15 @@ class Operations:
             partner = await partners.get_partner(conn, partner_id)
             if partner is None:
                 raise unknown_partner()
+        if not secrets:
+            raise StateConflict(UNSIGNABLE)
         delivery = await send_test(self.sender, partner_id=partner.id, url=partner.url, secrets=secrets)
         return test_result(delivery)
 
     async def rotate_secret(self, partner_id: str, data: Mapping[str, Any] | None = None) -> Document:
         """A new secret; the live ones sign for ``{overlapSeconds}`` more (default
-        ``SERVICE_SECRET_ROTATION_OVERLAP``; ``0`` ends them now), never longer than they had."""
+        ``SERVICE_SECRET_ROTATION_OVERLAP``; ``0`` ends them now), never longer than they had. A
+        partner that had none sends what waited at once (``partners.rotate_secret``)."""
         overlap = rotation_overlap(data or {}, self.settings.secret_rotation_overlap)
         async with self.engine.begin() as conn:
             rotated = await partners.rotate_secret(
@@ -327,6 +335,7 @@ class Operations:
             )
         if rotated is None:
             raise unknown_partner()
+        self.notifier.deliveries_due()  # a partner that had no secret sends what waited
         partner, secret = rotated
         return {**partner.public(self.clock()), "secret": secret}
 

@@ -80,6 +80,7 @@ class Partner:
     max_in_flight: int | None = None  # None: SERVICE_WEBHOOK_MAX_IN_FLIGHT
     breaker: BreakerState = field(default_factory=BreakerState)
     old_secrets_expire: tuple[datetime, ...] = ()  # each old secret's expiry; never the secrets
+    current_secrets: int = 1  # secrets without an expiry: one, or none once discard-unreadable ran
     batch: BatchPolicy | None = None  # None: every delivery goes out alone
 
     def wants(self, kind: str) -> bool:
@@ -93,6 +94,7 @@ class Partner:
     def public(self, now: datetime) -> dict[str, Any]:
         """What admins see in listings: everything but secret material, the circuit as of ``now``."""
         expires = self.old_secrets_end(now)
+        old_live = sum(1 for old in self.old_secrets_expire if old > now)
         failing_since = self.breaker.failing_since
         return {
             "id": self.id,
@@ -107,7 +109,7 @@ class Partner:
             "failingSince": format_timestamp(failing_since) if failing_since is not None else None,
             "createdAt": format_timestamp(self.created_at),
             "updatedAt": format_timestamp(self.updated_at),
-            "liveSecrets": 1 + sum(1 for expires in self.old_secrets_expire if expires > now),
+            "liveSecrets": self.current_secrets + old_live,
             "previousSecretExpiresAt": format_timestamp(expires) if expires is not None else None,
         }
 
@@ -121,7 +123,8 @@ class NewPartner:
     batch: BatchPolicy | None = None
 
 
-def _partner(row: RowMapping, old_secrets_expire: Sequence[datetime] = ()) -> Partner:
+def _partner(row: RowMapping, expiries: Sequence[datetime | None] = ()) -> Partner:
+    """A partner from its row and the expiry of each secret it has stored (None: the current one)."""
     kinds = json.loads(row["events"]) if row["events"] is not None else None
     return Partner(
         id=row["id"],
@@ -131,7 +134,8 @@ def _partner(row: RowMapping, old_secrets_expire: Sequence[datetime] = ()) -> Pa
         status=row["status"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
-        old_secrets_expire=tuple(old_secrets_expire),
+        old_secrets_expire=tuple(expires for expires in expiries if expires is not None),
+        current_secrets=sum(1 for expires in expiries if expires is None),
         max_in_flight=row["max_in_flight"],
         breaker=BreakerState(
             consecutive_failures=row["consecutive_failures"],
@@ -357,14 +361,13 @@ async def _add_secret(conn: AsyncConnection, partner_id: str, sealed: str, *, no
     )
 
 
-_OLD_SECRETS = select(partner_secrets.c.partner_id, partner_secrets.c.expires_at).where(
-    partner_secrets.c.expires_at.is_not(None)
-)
+# Each stored secret's expiry, none for the current one: what listings count, never the secrets.
+_SECRETS = select(partner_secrets.c.partner_id, partner_secrets.c.expires_at)
 
 
 async def list_partners(conn: AsyncConnection) -> list[Partner]:
-    expiries: dict[str, list[datetime]] = {}
-    for row in await conn.execute(_OLD_SECRETS):
+    expiries: dict[str, list[datetime | None]] = {}
+    for row in await conn.execute(_SECRETS):
         expiries.setdefault(row.partner_id, []).append(row.expires_at)
     result = await conn.execute(
         select(partners)
@@ -381,8 +384,8 @@ async def get_partner(conn: AsyncConnection, partner_id: str) -> Partner | None:
     row = result.mappings().first()
     if row is None:
         return None
-    old = await conn.execute(_OLD_SECRETS.where(partner_secrets.c.partner_id == partner_id))
-    return _partner(row, [found.expires_at for found in old])
+    stored = await conn.execute(_SECRETS.where(partner_secrets.c.partner_id == partner_id))
+    return _partner(row, [found.expires_at for found in stored])
 
 
 async def set_status(
@@ -459,7 +462,11 @@ async def rotate_secret(
     secret: str | None = None,
 ) -> tuple[Partner, str] | None:
     """A new current secret; the ones live until now sign until ``now + overlap`` at the latest
-    (an old secret's earlier expiry is kept), and those whose time is up are deleted."""
+    (an old secret's earlier expiry is kept), and those whose time is up are deleted.
+
+    A partner that had no secret (``discard_unreadable``) has had what fell due handed back at
+    each claim, due a lease later (``claim.claim_due``): with its new secret, what waits is due now.
+    """
     fresh = secret or new_secret()
     # The write comes first, so SQLite never upgrades a read lock (and PostgreSQL holds the
     # partner's row until commit: two rotations of one partner take turns).
@@ -472,6 +479,7 @@ async def rotate_secret(
         return None
     ends = now + timedelta(seconds=overlap)
     mine = partner_secrets.c.partner_id == partner_id
+    held = await conn.scalar(select(partner_secrets.c.id).where(mine, ~_expired(now)).limit(1))
     await conn.execute(
         update(partner_secrets)
         .where(mine, (partner_secrets.c.expires_at.is_(None)) | (partner_secrets.c.expires_at > ends))
@@ -479,6 +487,9 @@ async def rotate_secret(
     )
     await conn.execute(delete(partner_secrets).where(mine, _expired(now)))
     await _add_secret(conn, partner_id, keyring.seal(fresh), now=now)
+    if held is None:
+        await _waiting_due_now(conn, partner_id, now)
+        await notify(conn)  # its waiting deliveries are claimable now
     partner = await get_partner(conn, partner_id)
     assert partner is not None
     return partner, fresh
@@ -693,14 +704,19 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     if breaker.open_until is not None:
         # "Now" for what the circuit held too: the probe goes at once (not at its retry's time),
         # and on its success the rest follow at once.
-        await conn.execute(
-            update(deliveries)
-            .where(
-                deliveries.c.partner_id == partner_id,
-                deliveries.c.status == DeliveryStatus.PENDING,
-                deliveries.c.next_attempt_at > now,
-            )
-            .values(next_attempt_at=now, updated_at=now)
-        )
+        await _waiting_due_now(conn, partner_id, now)
     await notify(conn)  # its waiting deliveries (or its probe) are claimable now
     return await get_partner(conn, partner_id)
+
+
+async def _waiting_due_now(conn: AsyncConnection, partner_id: str, now: datetime) -> None:
+    """Make the partner's pending deliveries due now, whatever they were waiting for."""
+    await conn.execute(
+        update(deliveries)
+        .where(
+            deliveries.c.partner_id == partner_id,
+            deliveries.c.status == DeliveryStatus.PENDING,
+            deliveries.c.next_attempt_at > now,
+        )
+        .values(next_attempt_at=now, updated_at=now)
+    )
