@@ -101,6 +101,11 @@ class Conflict(ServiceError):
     message = "The request conflicts with the current state of the resource."
 
 
+class PreconditionFailed(ServiceError):
+    status_code = 412
+    message = "The document's current ETag is none of those in If-Match."
+
+
 class PayloadTooLarge(ServiceError):
     status_code = 413
     message = "The request body is too large."

@@ -605,6 +605,37 @@ def test_if_none_match_answers_304(make_client, path, if_none_match, status):
     assert response.content == (b"" if status == 304 else first.content)
 
 
+@pytest.mark.parametrize(
+    ("if_match", "if_none_match", "status"),
+    [
+        ("{etag}", None, 200),
+        ('"stale", {etag}', None, 200),
+        ("*", None, 200),
+        ('"stale"', None, 412),
+        ("W/{etag}", None, 412),  # compared strongly: a weak tag matches nothing
+        ("{etag_unquoted}", None, 412),
+        ('"stale"', "{etag}", 412),  # If-Match is evaluated first
+        ("{etag}", "{etag}", 304),
+    ],
+)
+@pytest.mark.parametrize("path", ["/llms.txt", "/sitemap.xml", "/api/v1/webhooks/events"])
+def test_if_match_naming_another_version_is_412(make_client, path, if_match, if_none_match, status):
+    """If-Match (RFC 9110 13.1.1) without the document's current ETag, compared strongly, is 412 in
+    the error shape; with it (or *), the request goes on as it would have."""
+    with make_client(base_url=BASE) as client:
+        first = client.get(path)
+        etag = first.headers["etag"]
+        headers = {"if-match": if_match.format(etag=etag, etag_unquoted=etag.strip('"'))}
+        if if_none_match is not None:
+            headers["if-none-match"] = if_none_match.format(etag=etag)
+        response = client.get(path, headers=headers)
+    assert response.status_code == status
+    if status == 412:
+        assert response.json == {"ok": False, "message": "The document's current ETag is none of those in If-Match."}
+    else:
+        assert response.content == (b"" if status == 304 else first.content)
+
+
 @pytest.mark.parametrize("path", list(DOCUMENTS))
 def test_head_matches_get_without_a_body(make_client, path):
     """HEAD answers GET's status and headers (length included) with no body."""

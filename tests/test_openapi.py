@@ -60,13 +60,14 @@ def test_openapi_lists_the_public_routes_and_no_admin_route(openapi):
 
 def test_sitemap_documents_its_503_and_the_static_documents_none(openapi):
     """sitemap.xml reads its rooms from storage, and answers 503 (in the error shape) while storage
-    is down before a first rendering; the other documents are rendered at start and never do."""
+    is down before a first rendering; the other documents are rendered at start and never do. Each
+    answers 412 to an If-Match naming another version."""
     responses = {path: set(item["get"]["responses"]) for path, item in openapi["paths"].items() if "get" in item}
-    assert responses["/sitemap.xml"] == {"200", "304", "503"}
+    assert responses["/sitemap.xml"] == {"200", "304", "412", "503"}
     assert openapi["paths"]["/sitemap.xml"]["get"]["responses"]["503"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Error"
     }
-    assert responses["/llms.txt"] == responses["/agent-sitemap.xml"] == {"200", "304"}
+    assert responses["/llms.txt"] == responses["/agent-sitemap.xml"] == {"200", "304", "412"}
 
 
 def test_waitlist_request_schema_is_the_models_own(openapi):

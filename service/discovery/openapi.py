@@ -160,7 +160,10 @@ def _read_operation(
         "operationId": operation_id,
         "tags": [tag],
         "summary": summary,
-        "parameters": [{"$ref": "#/components/parameters/If-None-Match"}],
+        "parameters": [
+            {"$ref": "#/components/parameters/If-None-Match"},
+            {"$ref": "#/components/parameters/If-Match"},
+        ],
         "responses": {
             "200": {
                 "description": summary,
@@ -168,6 +171,7 @@ def _read_operation(
                 "content": {media_type: {"schema": schema}},
             },
             "304": {"description": "Not modified: your copy is current.", "headers": _CACHE_HEADERS},
+            "412": _error("If-Match named none of the document's current ETag."),
         },
     }
 
@@ -334,7 +338,14 @@ def openapi_document(content: Content, base_url: str) -> dict[str, Any]:
                     "required": False,
                     "description": "ETags you hold; a match answers 304.",
                     "schema": _TEXT,
-                }
+                },
+                "If-Match": {
+                    "name": "If-Match",
+                    "in": "header",
+                    "required": False,
+                    "description": "ETags (or *) the document must still have, compared strongly; else 412.",
+                    "schema": _TEXT,
+                },
             },
         },
     }
