@@ -58,6 +58,7 @@ class Tally:
     failure_kinds: Counter[str] = field(default_factory=Counter)
     stricter_email: int = 0
     stricter_email_example: str = ""
+    failed_preconditions: int = 0  # 412 to an If-Match naming another version: the answer, no refusal
     bad_retry_after: int = 0  # 429 answers without a Retry-After of whole seconds >= 1
     errors: list[str] = field(default_factory=list)  # the engine's own errors (schema, network)
     stop_reason: str = ""
@@ -97,6 +98,14 @@ def _is_stricter_email(check: str, case: Any, response: Any) -> bool:
     return only_email and _refused_by_email_validator(body.get("email"))
 
 
+def _is_failed_precondition(check: str, case: Any, response: Any) -> bool:
+    """A document asked for with an If-Match naming none of its ETags, answered 412 as RFC 9110
+    says: a schema-valid header whose condition is false, not data refused."""
+    if check != "positive_data_acceptance" or response is None or response.status_code != 412:
+        return False
+    return any(name.lower() == "if-match" for name in (case.headers or {}))
+
+
 def _tally(schema: Any) -> Tally:
     from schemathesis.engine import events, from_schema
 
@@ -120,6 +129,9 @@ def _tally(schema: Any) -> Tally:
                     case = recorder.cases[failing_id].value
                     answered = recorder.interactions.get(failing_id)
                     response = answered.response if answered is not None else None
+                    if _is_failed_precondition(check.name, case, response):
+                        tally.failed_preconditions += 1
+                        continue
                     if _is_stricter_email(check.name, case, response):
                         tally.stricter_email += 1
                         tally.stricter_email_example = (
@@ -205,6 +217,7 @@ def run(workdir: Path, plan: Plan) -> Report:
             "5xx answers": server_errors,
             "check failures": sum(kinds.values()),
             "schema-valid emails refused as invalid_email (known)": sum(t.stricter_email for t in every),
+            "If-Match naming another version, answered 412": sum(t.failed_preconditions for t in every),
             "throttled run: cases on POST /api/waitlist": throttled.cases,
             "throttled run: answers by status": dict(sorted(throttled.statuses.items())),
             "throttled run: check failures": sum(throttled.failure_kinds.values()),
