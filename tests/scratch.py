@@ -3,6 +3,10 @@ and removed after it (the servers outlive every run and keep what is left on the
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from sqlalchemy.engine import make_url
 
 
@@ -37,3 +41,18 @@ async def redis_keys(url: str, prefix: str, *, delete: bool) -> int:
         return len(keys)
     finally:
         await client.aclose()
+
+
+@contextmanager
+def migrated_database(server_url: str, name: str) -> Iterator[str]:
+    """The URL of a database ``name`` made on ``server_url``'s PostgreSQL server and migrated to
+    this release's schema; dropped afterwards, whatever a test did to it."""
+    from service.db.engine import migrate
+
+    asyncio.run(admin_execute(server_url, f'CREATE DATABASE "{name}"'))
+    try:
+        url = make_url(server_url).set(database=name).render_as_string(hide_password=False)
+        migrate(url)
+        yield url
+    finally:
+        asyncio.run(admin_execute(server_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))

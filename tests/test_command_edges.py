@@ -23,12 +23,13 @@ from sqlalchemy.engine import make_url
 
 from service.cli import main
 from service.db import engine as db_engine
-from service.db.engine import create_engine, migrate
+from service.db.engine import create_engine
 from service.db.faults import lasting, unavailable
 from service.errors import FIELD_ERRORS_SHOWN
 from service.webhooks.partners import MAX_IN_FLIGHT_LIMIT
 from tests.conftest import POSTGRES_URL, RUN_ID
-from tests.scratch import admin_execute
+from tests.scratch import admin_execute, migrated_database
+from tests.test_webhook_cli import run
 from tests.webhook_helpers import AUTH, TEST_SECRETS_KEY, settings
 
 
@@ -41,28 +42,13 @@ def _only(monkeypatch: pytest.MonkeyPatch, **variables: str) -> None:
         monkeypatch.setenv(name, value)
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, Any]:
-    """Exit status, stdout as JSON (or None) and stderr (as JSON when it is the error shape)."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return (
-        code,
-        json.loads(out) if out.strip() else None,
-        json.loads(err) if err.strip().startswith("{") else err,
-    )
-
-
 @pytest.fixture
 def scratch_postgres() -> Iterator[str]:
     """A migrated database of this test's own on the machine's PostgreSQL, free to be damaged."""
     if not POSTGRES_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-    name = f"service_edges_{RUN_ID}_{uuid.uuid4().hex[:6]}"
-    asyncio.run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    migrate(url)
-    yield url
-    asyncio.run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with migrated_database(POSTGRES_URL, f"service_edges_{RUN_ID}_{uuid.uuid4().hex[:6]}") as url:
+        yield url
 
 
 def _damage(url: str, statement: str) -> None:

@@ -33,7 +33,7 @@ from service.webhooks.notify import Listener, notify
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.faultproxy import SilentProxy
 from tests.processes import free_port, kill, start_server, wait_ready
-from tests.scratch import admin_execute
+from tests.scratch import migrated_database
 from tests.webhook_helpers import (
     ADMIN_TOKEN,
     AUTH,
@@ -67,12 +67,8 @@ def scratch_postgres() -> Iterator[str]:
     """A migrated database of this test's own on the machine's PostgreSQL."""
     if not POSTGRES_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-    name = f"service_faults_{RUN_ID}_{uuid.uuid4().hex[:6]}"
-    asyncio.run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
-    url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-    migrate(url)
-    yield url
-    asyncio.run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    with migrated_database(POSTGRES_URL, f"service_faults_{RUN_ID}_{uuid.uuid4().hex[:6]}") as url:
+        yield url
 
 
 def _through(url: str, proxy: SilentProxy) -> str:

@@ -34,6 +34,7 @@ def env(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, Any]:
+    """Exit status, stdout as JSON (or None) and stderr (as JSON when it is the error shape)."""
     code = main(list(argv))
     out, err = capsys.readouterr()
     return (
