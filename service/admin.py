@@ -162,7 +162,11 @@ async def check_token(request: Request) -> None:
 Unrouted = Callable[[Request, SanicException], Awaitable[HTTPResponse]]
 
 
-def guard(app: Sanic[Any, Any], elsewhere: Mapping[str, Unrouted] | None = None) -> None:
+def guard(
+    app: Sanic[Any, Any],
+    elsewhere: Mapping[str, Unrouted] | None = None,
+    otherwise: Unrouted | None = None,
+) -> None:
     """Answer unknown ``/admin`` paths and wrong methods like any request without the token, and
     those under each prefix of ``elsewhere`` with that prefix's own answer.
 
@@ -171,7 +175,8 @@ def guard(app: Sanic[Any, Any], elsewhere: Mapping[str, Unrouted] | None = None)
     token first, so a client without it learns nothing about which routes exist. A blueprint's
     middleware never runs for a request no route took, so the console, whose guard and headers
     are its blueprint's, answers its own refusals through ``elsewhere``. Only refused requests pay
-    for this: a signal or an app-wide middleware would cost every request of the service.
+    for this: a signal or an app-wide middleware would cost every request of the service. What no
+    prefix owns is answered by ``otherwise`` (the documents' respelling, ``service.discovery.routes``).
     """
     owners = dict(elsewhere or {})
 
@@ -184,6 +189,8 @@ def guard(app: Sanic[Any, Any], elsewhere: Mapping[str, Unrouted] | None = None)
         for prefix, answer in owners.items():
             if is_under(request.path, prefix):
                 return await answer(request, exception)
+        if otherwise is not None:
+            return await otherwise(request, exception)
         return error_response(request, exception)
 
     app.exception(SanicNotFound, MethodNotAllowed)(unrouted)

@@ -129,7 +129,7 @@ def create_app(
     if settings.admin_token:  # the console signs in with it; without one, /console is 404
         pages, unrouted[console.PATH] = console.create_blueprint(settings, clock)
         app.blueprint(pages)
-    admin.guard(app, unrouted)
+    admin.guard(app, unrouted, otherwise=discovery_routes.respelled)
     # Rendered now, so a bad content file stops the start before anything is served.
     app.ctx.discovery = build_discovery(settings, clock)
     app.blueprint(discovery_routes.create_blueprint(app.ctx.discovery))

@@ -125,6 +125,71 @@ def test_a_hostile_event_id_is_404_in_the_error_shape(make_client, event_id):
     assert (head.status_code, head.content) == (404, b"")
 
 
+@pytest.mark.parametrize(
+    ("spelled", "path"),
+    [
+        ("/llms%2Etxt", "/llms.txt"),
+        ("/llms%2etxt", "/llms.txt"),
+        ("/%6C%6C%6D%73-full.txt", "/llms-full.txt"),
+        ("/%2Ewell-known/agent.json", "/.well-known/agent.json"),
+        ("/api/v1/webhooks/event%73", "/api/v1/webhooks/events"),
+        ("/docs/webhooks/verifying-signatures%2Emd", "/docs/webhooks/verifying-signatures.md"),
+        ("/sitemap%2Exml?a=%2E", "/sitemap.xml?a=%2E"),
+    ],
+)
+def test_a_document_path_escaping_unreserved_characters_is_sent_to_its_spelling(make_client, spelled, path):
+    """RFC 3986 6.2.2.2: ``/llms%2Etxt`` is ``/llms.txt``. A read that routing missed only for such
+    escapes is a 308 to the plain spelling under the base URL, its query kept, which serves the
+    document."""
+    with make_client(base_url=BASE) as client:
+        first = client.get(spelled, follow_redirects=False)
+        head = client.head(spelled, follow_redirects=False)
+        served = client.get(path)
+    assert (first.status_code, first.headers["location"]) == (308, BASE + path)
+    assert (head.status_code, head.headers["location"]) == (308, BASE + path)
+    assert served.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status"),
+    [
+        ("GET", "/llms.txt%2F", 404),
+        ("GET", "/llms%2Ftxt", 404),
+        ("GET", "/llms%00.txt", 404),
+        ("GET", "/llms%252Etxt", 404),
+        ("GET", "/nothing%2Ehere", 404),
+        ("GET", "/%2E%2E/llms.txt", 404),
+        ("GET", "/docs/%2E%2E/llms.txt", 404),
+        ("GET", "/api/v1/webhooks/event%73/%2E%2E", 404),
+        ("GET", "/docs/webhooks/%2E/index.md", 404),
+        ("GET", "/sitemap.xml?a=%2E", 200),
+        ("POST", "/api/waitlis%74", 404),
+        ("DELETE", "/llms%2Etxt", 404),
+    ],
+)
+def test_only_unreserved_escapes_of_a_read_are_respelled(make_client, method, path, status):
+    """A reserved character's escape (``%2F``), NUL, a double escape: still 404 in the error shape,
+    since they name other paths. Only reads are respelled, and only their path: a query's escapes
+    are the query's. Only to a path a route takes: never to one that does not exist, nor to one
+    with a dot segment (``/%2E%2E/x``), which a client would resolve somewhere else on the host."""
+    with make_client(base_url=BASE) as client:
+        response = client.request(method, path, follow_redirects=False)
+    assert response.status_code == status
+    if status == 404:
+        assert response.json == {"ok": False, "message": "Nothing is here."}
+
+
+def test_an_escaped_admin_path_is_respelled_only_after_the_token(make_client):
+    """Under ``/admin`` the token is checked before anything else is said, escapes or not."""
+    with make_client(base_url=BASE, admin_token="t" * 32) as client:
+        refused = client.get("/admin/partner%73", follow_redirects=False)
+        moved = client.get(
+            "/admin/partner%73", headers={"authorization": "Bearer " + "t" * 32}, follow_redirects=False
+        )
+    assert refused.status_code == 401
+    assert (moved.status_code, moved.headers["location"]) == (308, BASE + "/admin/partners")
+
+
 # --- what was already right, held --------------------------------------------------------------------
 
 

@@ -11,11 +11,15 @@ from typing import Any
 from urllib.parse import unquote
 
 from sanic import Blueprint, HTTPResponse, Request, redirect
+from sanic.exceptions import MethodNotAllowed, SanicException
+from sanic.exceptions import NotFound as SanicNotFound
 
 from service.discovery.caching import CachedDocument, respond
 from service.discovery.documents import Discovery
 from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP, url
 from service.errors import NotFound
+from service.handlers import error_response
+from service.params import unescape_unreserved
 from service.partner_docs import ROOT as PARTNER_ROOT
 
 Handler = Callable[..., Coroutine[Any, Any, HTTPResponse]]
@@ -55,6 +59,31 @@ def _moved(path: str) -> Handler:
         return _moved_to(request, path)
 
     return moved
+
+
+def _routed(request: Request, path: str) -> bool:
+    """Whether routing takes ``path`` for this request's method: a plain path, no ``.`` or ``..``
+    segment (which a client would resolve to somewhere else entirely)."""
+    if any(segment in (".", "..") for segment in path.split("/")):
+        return False
+    try:
+        request.app.router.get(path, request.method, request.headers.get("host"))
+    except (SanicNotFound, MethodNotAllowed):
+        return False
+    return True
+
+
+async def respelled(request: Request, exception: SanicException) -> HTTPResponse:
+    """What routing refused, unless only the spelling of the path stood in the way: a read of
+    ``/llms%2Etxt``, which RFC 3986 section 6.2.2.2 makes ``/llms.txt``, is a 308 there (its query
+    kept). Only a path some route takes once unescaped is respelled; anything else, and every
+    other escape (``%2F`` is not ``/``), stays the refusal it was."""
+    if isinstance(exception, SanicNotFound) and request.method in READ:
+        spelled = unescape_unreserved(request.path)
+        if spelled != request.path and _routed(request, spelled):
+            query = f"?{request.query_string}" if request.query_string else ""
+            return _moved_to(request, spelled + query)
+    return error_response(request, exception)
 
 
 def create_blueprint(discovery: Discovery) -> Blueprint:
