@@ -6,8 +6,9 @@ fix and the handler never sees a value it has to guess about.
 
 from __future__ import annotations
 
-import codecs
 import json
+from encodings import normalize_encoding
+from encodings.aliases import aliases
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -18,7 +19,7 @@ from service.errors import BadRequest, FieldError, PayloadTooLarge, UnsupportedM
 JSON = "application/json"
 FORM = "application/x-www-form-urlencoded"
 MAX_BODY_BYTES = 64 * 1024  # docs/architecture.md "Waitlist intake": bodies over 64 KiB are refused with 413
-# The charsets a body may be labelled with, by Python's name for each (``codecs.lookup``). JSON is
+# The charsets a body may be labelled with, by Python's name for each (``charset_named``). JSON is
 # always UTF-8 (RFC 8259 section 8.1), so only labels its bytes satisfy; a form's percent-escapes
 # are decoded in its label's charset (Java's form helpers send ISO-8859-1).
 _JSON_CHARSETS = {"utf-8", "ascii"}
@@ -140,12 +141,24 @@ def parse_form(raw: bytes, charset: str = "utf-8") -> dict[str, str]:
 _LABELS = {"utf-8": "UTF-8", "ascii": "US-ASCII", "iso8859-1": "ISO-8859-1"}
 
 
-def _charset(label: str) -> str | None:
-    """Python's name for a charset label, or None for a label it does not know."""
-    try:
-        return codecs.lookup(label).name
-    except LookupError:
+# Every label Python's codecs know for the three charsets, spelled as ``normalize_encoding`` spells
+# one, to Python's name for it. Read from this table, never by ``codecs.lookup``: that raises more
+# than LookupError on a client's label (NUL, bytes that are not UTF-8) and remembers every label it
+# did not know, for good.
+_CODEC_NAMES = {"utf_8": "utf-8", "ascii": "ascii", "latin_1": "iso8859-1"}
+_CHARSETS = _CODEC_NAMES | {
+    alias: _CODEC_NAMES[codec] for alias, codec in aliases.items() if codec in _CODEC_NAMES
+}
+
+
+def charset_named(label: str) -> str | None:
+    """Python's name for a charset label (``UTF8``, ``latin-1``, ``us-ascii``) of the three a body
+    may be in, or None for any other label: a label with a control character or one that is not
+    ASCII names none (``normalize_encoding`` would read ``utf-8\x00`` as ``utf_8``)."""
+    if not (label.isascii() and label.isprintable()):
         return None
+    spelled = normalize_encoding(label.lower())
+    return _CHARSETS.get(spelled) or _CHARSETS.get(spelled.replace(".", "_"))
 
 
 def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
@@ -167,7 +180,7 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     if kind not in accepted:
         # Where forms are refused too (the admin routes), the answer does not offer one.
         raise UnsupportedMediaType() if form else UnsupportedMediaType("Send application/json.")
-    charset = _charset(params.get("charset", "utf-8"))
+    charset = charset_named(params.get("charset", "utf-8"))
     if charset not in (_JSON_CHARSETS if kind == JSON else _FORM_CHARSETS):
         message = "Send JSON in UTF-8." if kind == JSON else "Send the form in UTF-8, US-ASCII or ISO-8859-1."
         raise UnsupportedMediaType(message)

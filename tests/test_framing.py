@@ -452,3 +452,22 @@ _REQUEST_LINES = st.sampled_from(
 def test_framing_fault_agrees_with_the_checks_made_in_turn(request_line: bytes, lines: list[bytes]) -> None:
     head = b"\r\n".join([request_line, *lines])
     assert framing_fault(head) == check_in_turn(head)
+
+
+@pytest.mark.parametrize(
+    "label",
+    [b"\xff", b"utf-8\xff", b"utf\x00", b"\xe9", b"x" * 4000, b"utf-8\x00\x00"],
+    ids=["not-utf8", "utf8-then-not", "nul", "latin1-byte", "long", "nuls"],
+)
+def test_a_hostile_charset_label_is_415_never_a_server_error(served: tuple[int, Path], label: bytes) -> None:
+    """A charset label is the client's text: one holding NUL or bytes that are not UTF-8, or one no
+    charset has, is 415 with the fixed sentence, and no error is logged."""
+    port, log = served
+    before = log.read_text()
+    raw = (
+        b"POST /api/waitlist HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+        + b"Content-Type: application/json; charset=" + label + b"\r\n"
+        + b"Content-Length: " + str(len(BODY)).encode() + b"\r\n\r\n" + BODY
+    )
+    assert [status for status, _ in exchange(port, raw)] == [415]
+    assert "unhandled error" not in log.read_text()[len(before):]

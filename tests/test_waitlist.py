@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import codecs
 import json
+from encodings.aliases import aliases
 from typing import Any
 
 import pytest
 from sqlalchemy import select
 
+from service.bodies import charset_named
 from service.db.engine import create_engine
 from service.db.tables import registrations
 from service.waitlist import ACCEPTED
@@ -215,6 +218,28 @@ def test_other_content_types_are_415(make_client, headers, body):
     with make_client() as client:
         response = client.post("/api/waitlist", content=b'{"email":"a@example.com","intent":"claim"}', headers=headers)
     assert (response.status_code, response.json) == (415, body)
+
+
+LABELS = [
+    *aliases,
+    *(label.upper() for label in aliases),
+    *(label.replace("_", "-") for label in aliases),
+    "UTF-8", "utf 8", "ISO-8859-1", "ISO_8859-1:1987", "Latin-1", "US-ASCII", "ANSI_X3.4-1968",
+    "utf-8-sig", "utf-16", "cp1252", "koi8-r", "no-such", "utf", "8859",
+]
+
+
+@pytest.mark.parametrize("label", LABELS)
+def test_a_charset_label_names_what_pythons_codecs_name_it(label):
+    """The body's charset is read from a table, never by ``codecs.lookup`` (which raises on a NUL
+    and remembers every label it missed), yet names what ``codecs.lookup`` would of the three a body
+    may be in, for every spelling Python knows, and nothing for any other."""
+    try:
+        looked_up = codecs.lookup(label).name
+    except LookupError:
+        looked_up = None
+    expected = looked_up if looked_up in ("utf-8", "ascii", "iso8859-1") else None
+    assert charset_named(label.lower()) == expected
 
 
 @pytest.mark.parametrize("charset", ["UTF-8", "US-ASCII"])
