@@ -15,13 +15,13 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.certificates import self_signed
 from tests.processes import ROOT, free_port
 from tests.tools import require_tool
 
@@ -364,36 +364,6 @@ def test_requests_nginx_refuses_are_answered_in_the_json_shape(
     assert json.loads(body) == {"ok": False, "message": message}
 
 
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for the public name and its key, for a `listen ... ssl` site."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, PUBLIC_HOST)])
-    now = datetime.now(UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(days=1))
-        .not_valid_after(now + timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
-    cert, secret = folder / "cert.pem", folder / "key.pem"
-    cert.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
-    secret.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return cert, secret
-
-
 HSTS_COMMENTED = '# add_header Strict-Transport-Security "max-age=31536000" always;'
 
 
@@ -403,7 +373,7 @@ def test_plain_http_on_the_tls_port_is_answered_in_the_json_shape(tmp_path: Path
     carry the header."""
     nginx = require_tool("nginx", "deploy/nginx is run to check what it answers")
     listen = free_port()
-    cert, secret = self_signed(tmp_path)
+    cert, secret = self_signed(tmp_path, PUBLIC_HOST)
     with echo_server("one") as first, echo_server("two") as second:
         values = {**addresses(listen, first, second), "LISTEN": f"127.0.0.1:{listen} ssl"}
         prefix = production_site(tmp_path, values)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from service.clock import ManualClock
-from service.webhooks.send import MAX_INFORMATIONAL, Sender
+from service.webhooks.send import MAX_INFORMATIONAL, Sender, StaleConnection
+from tests.certificates import self_signed
+from tests.processes import ROOT
 
 
 @asynccontextmanager
@@ -159,3 +165,42 @@ async def test_a_few_informational_answers_before_the_final_one_are_read_past() 
     finally:
         server.close()
     assert (attempt.status_code, attempt.response_excerpt) == (200, "ok")
+
+
+def test_a_new_connection_answered_before_it_is_asked_fails_the_attempt_once(tmp_path) -> None:
+    """A TLS partner that sends an answer behind its handshake: the attempt is "protocol" on that
+    one connection, never tried again on new ones (each of which the partner can hold for the
+    connect timeout), and never marked delivered by the answer to no request."""
+    cert, key = self_signed(tmp_path, "127.0.0.1")
+    finished = subprocess.run(
+        [sys.executable, "-m", "tests.early_tls_partner", str(cert), str(key)],
+        env=os.environ | {"SSL_CERT_FILE": str(cert)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert json.loads(finished.stdout) == {"status": None, "error": "protocol", "connections": 1}
+
+
+async def test_an_attempt_tried_again_on_another_connection_keeps_its_one_deadline(monkeypatch) -> None:
+    """Spoiled pooled connections send the request on another, within what is left of the
+    attempt's timeout, not a timeout of its own each; with nothing left, the attempt is "timeout"."""
+    now = [0.0]
+    given: list[tuple[float | None, float | None]] = []
+
+    async def spoiled(target, body, headers, timeout):
+        given.append((timeout.total, timeout.connect))
+        now[0] += 6.0
+        raise StaleConnection("the partner wrote on an idle connection")
+
+    async with Sender(
+        timeout=15, connect_timeout=5, allow_private=True, clock=ManualClock(), timer=lambda: now[0]
+    ) as sender:
+        monkeypatch.setattr(sender, "_post", spoiled)
+        met = await sender.send(
+            url="http://127.0.0.1:1/hook", event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=["s"]
+        )
+    assert given == [(15, 5), (9.0, 5), (3.0, 3.0)]
+    assert (met.status_code, met.error_class, met.duration_ms) == (None, "timeout", 18_000)

@@ -113,6 +113,12 @@ class StaleConnection(aiohttp.ClientConnectionError):
     request. Taken as the next request's answer, it would stand for a request never sent."""
 
 
+class UnsolicitedAnswer(aiohttp.ClientConnectionError):
+    """A new connection carried bytes before a request was written on it (behind the TLS
+    handshake, say): the partner answers what it was never asked. Not tried again elsewhere, since
+    the partner would do it again, each time after the time a connection takes."""
+
+
 class InformationalFlood(aiohttp.ClientError):
     """More informational (1xx) answers than ``MAX_INFORMATIONAL`` before the final one."""
 
@@ -124,16 +130,20 @@ class _Request(aiohttp.ClientRequest):
       connection when it is given back, not when it is taken again, and would read those bytes as
       this request's answer (a stale 200 marked a delivery delivered that never left; a stale 410
       would pause the partner). Refused before a byte is written, so the attempt may go again on
-      another connection.
+      another connection. A new connection with bytes on it already fails the attempt instead
+      (``UnsolicitedAnswer``).
     - At most ``MAX_INFORMATIONAL`` informational answers before each final one: the connection's
       reads are counted, once per connection (``_bounded``)."""
 
     async def send(self, conn: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
         protocol = conn.protocol
         if protocol is not None:
+            fresh = "read" not in vars(protocol)  # not yet bounded: its first request
             if protocol.should_close:  # bytes buffered, or a closing peer
+                if fresh:
+                    raise UnsolicitedAnswer("the partner wrote before it was asked")
                 raise StaleConnection("the partner wrote on an idle connection")
-            if "read" not in vars(protocol):
+            if fresh:
                 protocol.read = _bounded(protocol.read)  # type: ignore[method-assign]
         return await super().send(conn)
 
@@ -190,7 +200,7 @@ def error_class(error: BaseException) -> str:
         return "tls"
     if isinstance(error, aiohttp.ClientConnectorError):
         return "connect"
-    if isinstance(error, StaleConnection | InformationalFlood):
+    if isinstance(error, StaleConnection | UnsolicitedAnswer | InformationalFlood):
         return "protocol"
     if isinstance(error, aiohttp.ServerDisconnectedError | aiohttp.ClientOSError):
         return "disconnected"
@@ -297,14 +307,15 @@ class Sender:
         headers["Content-Type"] = "application/json"
         try:
             target = _target(url, self._allow_private)
-            for _ in range(STALE_TRIES - 1):
+            timeout = self._timeout
+            for tried in range(1, STALE_TRIES + 1):
                 try:
-                    status, retry_after, excerpt = await self._post(target, body, headers)
+                    status, retry_after, excerpt = await self._post(target, body, headers, timeout)
                     break
                 except StaleConnection:  # closed with nothing sent on it: the request goes on another
-                    continue
-            else:
-                status, retry_after, excerpt = await self._post(target, body, headers)
+                    if tried == STALE_TRIES:
+                        raise
+                    timeout = self._time_left(began)
         except Exception as error:  # whatever went wrong is this attempt's error class, never a crash
             return Attempt(started_at, self._ms_since(began), error_class=error_class(error))
         return Attempt(
@@ -316,12 +327,25 @@ class Sender:
             retry_after=retry_after,
         )
 
+    def _time_left(self, began: float) -> aiohttp.ClientTimeout:
+        """What is left of the attempt's timeout since ``began``: an attempt that goes again on
+        another connection is bounded by one deadline, not one a connection."""
+        total, connect = self._timeout.total, self._timeout.connect
+        if total is None:
+            return self._timeout
+        left = total - (self._timer() - began)
+        if left <= 0:
+            raise TimeoutError("the attempt's time ran out")
+        return aiohttp.ClientTimeout(total=left, connect=min(connect, left) if connect is not None else None)
+
     async def _post(
-        self, target: URL, body: bytes, headers: dict[str, str]
+        self, target: URL, body: bytes, headers: dict[str, str], timeout: aiohttp.ClientTimeout
     ) -> tuple[int, float | None, str | None]:
-        """One POST: the answer's status, its Retry-After in seconds, and its excerpt."""
+        """One POST, within ``timeout``: the answer's status, its Retry-After in seconds, and its excerpt."""
         assert self._session is not None
-        async with self._session.post(target, data=body, headers=headers, allow_redirects=False) as response:
+        async with self._session.post(
+            target, data=body, headers=headers, allow_redirects=False, timeout=timeout
+        ) as response:
             status = response.status
             header = response.headers.get("Retry-After")
             # The clock is read only when there is a header to read it against.
