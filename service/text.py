@@ -9,6 +9,9 @@ made readable (``readable``): the attempt log keeps an excerpt of it, whatever i
 
 from __future__ import annotations
 
+import re
+import unicodedata
+
 from pydantic_core import PydanticCustomError
 
 CODE = "invalid_characters"
@@ -17,7 +20,7 @@ NOT_UNICODE_MESSAGE = "This field contains characters that are not valid Unicode
 # C0 controls (NUL among them), DEL and C1 controls, each shown as U+FFFD; so are the marks,
 # embeddings, overrides and isolates that reorder text on screen, and the line and paragraph
 # separators: a partner's answer could otherwise print in an order it was not written in.
-_BIDI = [0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
+_BIDI = [0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029]
 _CONTROLS = dict.fromkeys([*range(0x20), *range(0x7F, 0xA0), *_BIDI], "\ufffd")
 
 
@@ -37,7 +40,7 @@ LINE_MESSAGE = "This field must be one line of text, without control characters 
 
 # What JSON Schema can say of ``line_fault`` and ``lines_fault``: the same characters refused, as a
 # "pattern" (ECMA-262; a lone surrogate is refused too, but no UTF-8 JSON can hold one).
-_REFUSED = "\\u007f-\\u009f\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069"
+_REFUSED = "\\u007f-\\u009f\\u061c\\u200e\\u200f\\u2028-\\u202e\\u2066-\\u2069"
 LINE_PATTERN = f"^[^\\u0000-\\u001f{_REFUSED}]*$"
 LINES_PATTERN = f"^(?:[^\\u0000-\\u0008\\u000b-\\u001f{_REFUSED}]|\\r\\n)*$"
 
@@ -79,11 +82,45 @@ def storable(value: str) -> str:
     return value
 
 
+# Characters that hide or reorder text on screen: controls (Cc), format characters (Cf: the marks,
+# embeddings, overrides and isolates, zero-width ones, tags), the line and paragraph separators
+# (Zl, Zp) and lone surrogates (Cs). Every character ``line_fault`` refuses is one of them.
+_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+# The characters worth a look up of their category: all but printable ASCII, tab and line feed.
+_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
+
+
+def _hidden(char: str) -> bool:
+    return unicodedata.category(char) in _HIDDEN
+
+
 def readable(text: str) -> str:
-    """``text`` with every control character (NUL, escape sequences, line breaks, the marks that
-    reorder text) as U+FFFD, and any lone surrogate too: safe to store in either database and to
-    print in a terminal."""
-    return unicode_only(text.translate(_CONTROLS))
+    """``text`` with every character that hides or reorders it (NUL, escape sequences, line
+    breaks, the marks that reorder text, zero-width and other format characters) as U+FFFD, and
+    any lone surrogate too: safe to store in either database and to print in a terminal."""
+    text = unicode_only(text.translate(_CONTROLS))
+    if text.isascii():
+        return text
+    return "".join("\ufffd" if _hidden(char) else char for char in text)
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if not _hidden(char):
+        return char
+    code = ord(char)
+    if code > 0xFFFF:  # JSON spells a character beyond the BMP as a surrogate pair (RFC 8259 §7)
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
+    return f"\\u{code:04x}"
+
+
+def visible(text: str) -> str:
+    """``text`` with each character that hides or reorders it on screen written as its
+    ``\\uXXXX`` escape (JSON's spelling), tabs and line feeds kept: what a page shows of stored
+    text, so two values that look alike are told apart and none reads in an order it was not
+    written in."""
+    return _SUSPECT.sub(_escape, text)
 
 
 def unicode_only(text: str) -> str:

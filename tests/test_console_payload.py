@@ -112,3 +112,23 @@ async def _stored_payload(app: Any, event_id: str) -> str:
     async with app.ctx.engine.connect() as conn:
         payload: str = await conn.scalar(select(events.c.payload).where(events.c.id == event_id))
     return payload
+
+
+def test_the_waitlist_page_shows_hidden_characters_of_a_registration_as_escapes(make_client: Any) -> None:
+    """A project or message may hold format characters the intake accepts (a zero-width space, a
+    byte order mark, tags): on the console they show as their escapes, so "Acme" and "Acme\u200b"
+    are told apart; line breaks stay line breaks, and what is stored is unchanged."""
+    project, message = "Acme\u200b", "first line\r\nsecond \ufeff\U000e0041"
+    with make_client(admin_token=TOKEN) as client:
+        sent = client.post(
+            "/api/waitlist",
+            json={"email": "a@example.com", "intent": "claim", "project": project, "message": message},
+        )
+        assert sent.status_code == 200, sent.text
+        page = client.get("/console/waitlist", cookies=_session(_sign_in(client)))
+        (row,) = client.get("/admin/waitlist", headers=BEARER).json["entries"]
+    assert page.status_code == 200
+    assert "\u200b" not in page.text and "\ufeff" not in page.text and "\U000e0041" not in page.text
+    assert ">Acme\\u200b<" in page.text
+    assert "first line\nsecond \\ufeff\\udb40\\udc41<" in page.text
+    assert (row["project"], row["message"]) == (project, message)

@@ -95,11 +95,13 @@ def test_admin_text_that_cannot_be_stored_is_400(
         ("\x85\x7f\ud800", "\ufffd" * 3),
         ("pay\u202egnp.exe", "pay\ufffdgnp.exe"),
         ("a\u2066b\u2069\u2028c\u200f", "a\ufffdb\ufffd\ufffdc\ufffd"),
+        ("a\u061cb", "a\ufffdb"),  # the Arabic letter mark, the third implicit directional mark
+        ("x\u200by\ufeffz\u2060\U000e0041\u00ad", "x\ufffdy\ufffdz\ufffd\ufffd\ufffd"),
     ],
 )
 def test_readable(text: str, shown: str) -> None:
-    """Control characters, the marks that reorder text and lone surrogates become U+FFFD; every
-    other character is kept."""
+    """Control characters, the marks that reorder text, invisible format characters (zero-width,
+    byte order mark, tags) and lone surrogates become U+FFFD; every other character is kept."""
     assert readable(text) == shown
 
 

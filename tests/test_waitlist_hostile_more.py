@@ -137,7 +137,7 @@ HOSTILE = "\x1b]0;pwned\x07\x1b[31mRED\u202eevil"
 
 @pytest.mark.parametrize(
     "project",
-    [HOSTILE, "a\nb", "a\tb", "a\rb", "a\x85b", "a\x7fb", "\u2066x\u2069", "a\u200fb", "a\u2028b", "x\x1b"],
+    [HOSTILE, "a\nb", "a\tb", "a\rb", "a\x85b", "a\x7fb", "\u2066x\u2069", "a\u200fb", "a\u2028b", "x\x1b", "a\u061cb"],
 )
 def test_a_project_is_one_line_without_controls(make_client, sqlite_url, project):
     """A project is a label (the console, the CSV export, terminals), held to the rule partner names
@@ -154,7 +154,7 @@ def test_a_project_is_one_line_without_controls(make_client, sqlite_url, project
 
 @pytest.mark.parametrize(
     "message",
-    ["line1\r\nline2\x1b[2J", HOSTILE, "a\rb", "a\x0bb", "\x9b31m", "a\u202db", "a\u2029b"],
+    ["line1\r\nline2\x1b[2J", HOSTILE, "a\rb", "a\x0bb", "\x9b31m", "a\u202db", "a\u2029b", "a\u061cb"],
 )
 def test_a_message_refuses_controls_but_line_breaks_and_tabs(make_client, sqlite_url, message):
     """A message may run over lines, but holds no other control character (a carriage return alone

@@ -41,7 +41,7 @@ from service.params import query_pairs
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
-from service.text import unicode_only
+from service.text import unicode_only, visible
 from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
@@ -71,6 +71,12 @@ def _shown(value: Any) -> Any:
     return unicode_only(value) if isinstance(value, str) else value
 
 
+def _visible(value: object) -> object:
+    """Stored text a client or partner wrote, each character that hides or reorders it shown as
+    its ``\\uXXXX`` escape (``service.text.visible``); a text area's line ends are line feeds."""
+    return visible(value.replace("\r\n", "\n")) if isinstance(value, str) else value
+
+
 def environment() -> Environment:
     env = Environment(
         loader=PackageLoader("service.console", "templates"),
@@ -80,6 +86,7 @@ def environment() -> Environment:
         finalize=_shown,  # every value a template prints
     )
     env.filters["when"] = _when
+    env.filters["visible"] = _visible
     env.globals["bars"] = charts.bars
     env.globals["stacked"] = charts.stacked
     return env

@@ -11,8 +11,6 @@ per database (``hour_of``, ``day_of``).
 from __future__ import annotations
 
 import json
-import re
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -25,7 +23,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.tables import deliveries, delivery_attempts, events, partners, registrations, workers
-from service.text import text_fault
+from service.text import text_fault, visible
 
 LAST_CHARACTER = "\U0010ffff"  # sorts after every character: text starting with P is below P + this
 
@@ -310,37 +308,17 @@ async def delivery(conn: AsyncConnection, delivery_id: str) -> dict[str, Any] | 
     return found
 
 
-# Characters a payload may hold that the console shows as their JSON escape rather than as they
-# are: controls (Cc), format characters (Cf: the marks, embeddings, overrides and isolates that
-# reorder text on screen, zero-width ones, tags), the line and paragraph separators (Zl, Zp; with
-# these, every character ``service.text.line_fault`` refuses) and lone surrogates (Cs).
-_HIDDEN = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-# The characters worth a look up of their category: all but printable ASCII, tab and line feed
-# (the indented JSON's own lines; JSON escapes both inside a string).
-_SUSPECT = re.compile(r"[^\t\n\x20-\x7e]")
-
-
-def _escaped(match: re.Match[str]) -> str:
-    char = match.group()
-    if unicodedata.category(char) not in _HIDDEN:
-        return char
-    code = ord(char)
-    if code > 0xFFFF:  # JSON spells a character beyond the BMP as a surrogate pair (RFC 8259 §7)
-        code -= 0x10000
-        return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-    return f"\\u{code:04x}"
-
-
 def pretty(payload: str) -> str:
     """A stored JSON body, indented for reading, each character that hides or reorders text on
-    screen (``_HIDDEN``) written as its ``\\uXXXX`` escape: the same JSON, meaning the same thing,
-    but a right-to-left override can no longer make "00.001$" read as "$100.00". As stored, those
-    characters escaped alike, when it is not JSON. Partners are sent the stored body, unchanged."""
+    screen written as its ``\\uXXXX`` escape (``service.text.visible``): the same JSON, meaning the
+    same thing, but a right-to-left override can no longer make "00.001$" read as "$100.00". As
+    stored, those characters escaped alike, when it is not JSON. Partners are sent the stored body,
+    unchanged."""
     try:
         text = json.dumps(json.loads(payload), indent=2, ensure_ascii=False)
     except ValueError:
         text = payload
-    return _SUSPECT.sub(_escaped, text)
+    return visible(text)
 
 
 # --- partners -------------------------------------------------------------------------------------
