@@ -54,6 +54,9 @@ FORBIDDEN = [
     ("2001:db8::1", "IPv6 documentation"),
     ("fec0::1", "IPv6 site-local, which is_global calls global"),
     ("feff::1", "IPv6 site-local, top"),
+    ("192.0.0.8", "IETF protocol assignments, which Python 3.11 calls global"),
+    ("192.88.99.1", "retired 6to4 relay anycast"),
+    ("3fff::1", "IPv6 documentation, RFC 9637"),
 ]
 # IPv4 spellings other than four decimal numbers, each 127.0.0.1 to a resolver (inet_aton).
 NUMERIC_HOSTS = [
@@ -234,6 +237,25 @@ def test_numeric_host_forms_are_refused_by_the_parser(host: str, allow_private: 
     with pytest.raises(UnsafeURL) as caught:
         parse_partner_url(f"https://{host}:8443/hook", allow_private=allow_private)
     assert (caught.value.code, str(caught.value)) == ("invalid_url", NUMERIC_MESSAGE)
+
+
+@pytest.mark.parametrize("host", ["[::1%]", "[::ffff:7f00:1%25%30]", "[1:2:3:4:5:6:7:8:9]", "[::1:]"])
+@pytest.mark.parametrize("allow_private", [False, True])
+def test_an_ipv6_literal_python_cannot_read_is_refused_by_the_parser(host: str, allow_private: bool) -> None:
+    """aiohttp takes any host with a colon for an address and never asks the resolver: one the
+    address check cannot read would be checked by nothing, so it is refused when it is written."""
+    with pytest.raises(UnsafeURL) as caught:
+        parse_partner_url(f"https://{host}/hook", allow_private=allow_private)
+    assert (caught.value.code, str(caught.value)) == (
+        "invalid_url",
+        "Write an IPv6 host as an address in brackets, like [2001:db8::1].",
+    )
+
+
+@pytest.mark.parametrize("host", ["[2606:4700::1111]", "[fe80::1%25eth0]"])
+def test_ipv6_literals_python_reads_still_parse(host: str) -> None:
+    """A readable IPv6 literal (a zone too) parses; where it points is the address check's to judge."""
+    assert parse_partner_url(f"https://{host}/hook", allow_private=True).raw_host
 
 
 @pytest.mark.parametrize("host", ["192.0.2.1", "partner.example", "1e100.net", "deadbeef.cafe", "a.b1"])

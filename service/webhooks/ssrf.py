@@ -49,6 +49,14 @@ IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d form (RF
 NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
 # Local-use NAT64 prefix (RFC 8215): an operator's own translators, whatever IPv4 address follows.
 NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
+# Special ranges Python 3.11's tables call global, none of them a partner's endpoint: the IETF's
+# protocol assignments (RFC 6890; its anycast addresses too), the retired 6to4 relays (RFC 7526) and
+# IPv6's second documentation prefix (RFC 9637).
+UNROUTED = (
+    ipaddress.ip_network("192.0.0.0/24"),
+    ipaddress.ip_network("192.88.99.0/24"),
+    ipaddress.ip_network("3fff::/20"),
+)
 # The longest a partner name's lookup may take: about what the C library gives one name server that
 # never answers (resolv.conf's defaults, 5 s twice). Past it the lookup fails as ``LookupTimeout``:
 # an attempt's "timeout", as when its connect timeout (5 s by default, which includes the lookup)
@@ -120,6 +128,7 @@ def is_forbidden(address: IPAddress) -> bool:
         or (isinstance(address, ipaddress.IPv4Address) and address in SHARED)
         # Deprecated (RFC 3879) yet still routed inside some networks; is_global calls it global.
         or (isinstance(address, ipaddress.IPv6Address) and address.is_site_local)
+        or any(address in network for network in UNROUTED)
     )
 
 
@@ -230,6 +239,10 @@ def parse_partner_url(text: str, *, allow_private: bool) -> URL:
         raise UnsafeURL("invalid_url", "Must name a host.")
     if is_numeric_host(host) and not isinstance(parse_address(host), ipaddress.IPv4Address):
         raise UnsafeURL("invalid_url", "Write an IPv4 host as four decimal numbers, like 192.0.2.1.")
+    if ":" in host and parse_address(host) is None:
+        # An IPv6 literal Python cannot read ([::1%], nine groups): aiohttp would take it for an
+        # address and connect without asking the resolver, so no check would ever see it.
+        raise UnsafeURL("invalid_url", "Write an IPv6 host as an address in brackets, like [2001:db8::1].")
     if parse_address(host) is None and not is_host_name(host):
         raise UnsafeURL("invalid_url", "Must name a host of dot-separated labels, 1 to 63 characters each.")
     if url.raw_user is not None or url.raw_password is not None:
