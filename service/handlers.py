@@ -75,6 +75,8 @@ def assess(request: Request, exception: BaseException) -> Failure:
             status = 414 if _request_line_too_long(request) else 431
         body = {"ok": False, "message": _MESSAGES.get(status, "The request is not valid.")}
         headers = dict(getattr(exception, "headers", None) or {})
+        if "Allow" in headers:  # Sanic lists a set: in another order in each process, sorted here
+            headers["Allow"] = ", ".join(sorted(method.strip() for method in headers["Allow"].split(",")))
     elif unavailable(exception):
         # The storage cannot do the work now (unreachable, silent, full, read-only): the client may
         # try again shortly; nothing was accepted. A fault of the machine's, not a bug: no ERROR.

@@ -232,7 +232,8 @@ def _waitlist_section(base_url: str) -> str:
             model_fields_table(WaitlistResponse),
             f"Errors: `400` (invalid email or payload), `413` (body over {MAX_BODY_BYTES // 1024} "
             "KiB), `415` (other content types), `429` (too many requests; `Retry-After` says how "
-            "many seconds to wait). Every error has this shape (`errors` only where fields are at "
+            "many seconds to wait), `503` (briefly unavailable, nothing stored; try again after "
+            "`Retry-After`). Every error has this shape (`errors` only where fields are at "
             "fault):",
             _json_block(error_shape),
             f"The full description is the [OpenAPI document]({url(base_url, OPENAPI.path)}).",
