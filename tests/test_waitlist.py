@@ -229,17 +229,22 @@ LABELS = [
 ]
 
 
-@pytest.mark.parametrize("label", LABELS)
-def test_a_charset_label_names_what_pythons_codecs_name_it(label):
+def _looked_up(label: str) -> str | None:
+    """What ``codecs.lookup`` names ``label``, of the three charsets a body may be in."""
+    try:
+        name = codecs.lookup(label).name
+    except LookupError:
+        return None
+    return name if name in ("utf-8", "ascii", "iso8859-1") else None
+
+
+def test_a_charset_label_names_what_pythons_codecs_name_it():
     """The body's charset is read from a table, never by ``codecs.lookup`` (which raises on a NUL
     and remembers every label it missed), yet names what ``codecs.lookup`` would of the three a body
     may be in, for every spelling Python knows, and nothing for any other."""
-    try:
-        looked_up = codecs.lookup(label).name
-    except LookupError:
-        looked_up = None
-    expected = looked_up if looked_up in ("utf-8", "ascii", "iso8859-1") else None
-    assert charset_named(label.lower()) == expected
+    named = {label: charset_named(label.lower()) for label in LABELS}
+    assert named == {label: _looked_up(label) for label in LABELS}
+    assert sum(name is not None for name in named.values()) > 60
 
 
 @pytest.mark.parametrize("charset", ["UTF-8", "US-ASCII"])
