@@ -72,7 +72,7 @@ def _patched(monkeypatch: pytest.MonkeyPatch, module: object, name: str, value: 
 ERASE = ("POST", "/console/waitlist/erase", {"email": EMAIL, "confirm": "yes"})
 DELIVERIES = ("GET", "/console/deliveries", None)
 UNAVAILABLE = "The service is briefly unavailable, so nothing was changed; try again shortly."
-INTERNAL = "The server could not complete the request, so nothing was changed."
+INTERNAL = "The server could not complete the request; look at the page again before you repeat it."
 
 
 @pytest.mark.parametrize(

@@ -288,15 +288,16 @@ def refused_by_routing(console: Console, request: Request, exception: SanicExcep
 # Titles of the page for what a route raised, by status; any other is "Not done".
 FAILED_TITLES = {404: "Not found", 405: "Not allowed", 413: "Too large", 503: "Briefly unavailable"}
 UNAVAILABLE = "The service is briefly unavailable, so nothing was changed; try again shortly."
-INTERNAL = "The server could not complete the request, so nothing was changed."
+INTERNAL = "The server could not complete the request; look at the page again before you repeat it."
 
 
 def failed(console: Console, request: Request, exception: Exception) -> HTTPResponse:
     """What a console route (or the guard in front of it) raised, as the console's page: the
     status, log line, count and headers the API would give it (``service.handlers.assess``;
     ``Retry-After`` on a 503), the reason in a sentence, and the way back to the page the request
-    came from. The database busy or unreachable is 503, a bug 500: each then says nothing was
-    changed, for the action that raised it did not complete."""
+    came from. The database busy or unreachable is 503, saying nothing was changed (the action's
+    transaction did not commit); a bug is 500, asking the operator to look before repeating the
+    action, since a bug could come after a commit."""
     failure = assess(request, exception)
     if failure.status == 503:
         message = UNAVAILABLE
