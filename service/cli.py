@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace, settings: Settings) -> int:
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     if not args.no_worker:
         # Its worker's leases are judged by this machine's clock: one too far from the database
-        # server's (other workers' machines) is refused in one line, exit 2 (SQLite: one clock).
+        # server's (other workers' machines) is refused in one line, exit 1 (SQLite: one clock).
         check_clock(settings.database_url)
     logs.configure()  # the warnings below are JSON lines like every log line `serve` writes
     for warning in serve_warnings(settings, args.workers, args.host):

@@ -22,7 +22,7 @@ from sqlalchemy.util import asbool
 
 from service.proxies import parse_networks
 
-# SERVICE_WEBHOOK_RETRY_SCHEDULE's default, seconds between attempts after the first: about 30 hours
+# SERVICE_WEBHOOK_RETRY_SCHEDULE's default, seconds between attempts after the first: 27.6 hours
 # in all, so an endpoint down for a day still gets every event (docs/architecture.md "Retries").
 DEFAULT_RETRY_SCHEDULE: tuple[float, ...] = (5, 300, 1800, 7200, 18000, 36000, 36000)
 # The shortest admin token accepted: 32 characters of even a small alphabet are far beyond
@@ -202,7 +202,8 @@ class Settings(BaseSettings):
     )
     rate_limit_storage: str = Field(
         default="memory://",
-        description="Where rate-limit counters live: memory:// (per process) or redis://HOST:PORT.",
+        description="Where rate-limit counters live: memory:// (per process), or Redis: redis://HOST:PORT, "
+        "rediss://HOST:PORT (TLS) or redis+unix:///PATH.",
     )
     # Tests give every run its own Redis key prefix so runs never see each other's counters.
     rate_limit_key_prefix: str = Field(

@@ -76,7 +76,7 @@ EXPECTED = {
     ("migrate",): {"database_url", "secrets_key"},
     ("waitlist", "erase"): {"database_url"},
     ("partners", "add"): {"database_url", "secrets_key", "webhook_allow_private_urls"},
-    ("partners", "test"): {"database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout"},
+    ("partners", "test"): {"database_url", "secrets_key", "webhook_allow_private_urls", "webhook_timeout", "webhook_connect_timeout"},
     ("partners", "rotate-secret"): {"database_url", "secrets_key", "secret_rotation_overlap"},
     ("secrets", "re-encrypt"): {"database_url", "secrets_key"},
     ("secrets", "discard-unreadable"): {"database_url", "secrets_key"},

@@ -121,7 +121,8 @@ def test_llms_txt_opens_with_rooms_and_instructions(make_client):
 
 
 def test_llms_full_txt_covers_rooms_authority_waitlist_events_and_signatures(make_client):
-    """llms-full.txt carries every section the issue asks for, each field derived from the models."""
+    """llms-full.txt carries every section its readers need (rooms, authority, the waitlist, events,
+    signatures), each field derived from the models."""
     with make_client(base_url=BASE) as client:
         text = client.get("/llms-full.txt").text
     headings = re.findall(r"^## (.+)$", text, flags=re.MULTILINE)

@@ -44,7 +44,7 @@ from tests.webhook_helpers import (
     settings,
 )
 
-# What the design asks of a silent link (README "Faults and slow clients").
+# What the design asks of a silent link (README "Faults, slow clients and shutdown").
 READY_FALLS_WITHIN = 15.0  # /readyz says 503 this soon after the link goes silent
 RESUMES_WITHIN = 30.0  # registrations and delivery work again this soon after it heals
 ATTEMPT_TIMEOUT = 5.0  # SERVICE_WEBHOOK_TIMEOUT in these tests; the shutdown deadline is this + 10 s

@@ -46,7 +46,8 @@ from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
 STATIC = Path(__file__).resolve().parent / "static"
-# Every console answer (DESIGN: nothing inline, nothing from elsewhere, never framed or cached).
+# Every console answer: nothing inline, nothing from elsewhere, never framed or cached
+# (docs/architecture.md "Operator console").
 HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self' data:; "

@@ -278,7 +278,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     load_keyring(settings)  # no key on PostgreSQL: refused before anything starts or changes
     check_database(settings.database_url)  # absent, refusing or unreachable: one line, exit 2
     # Leases are judged by this machine's clock: one too far from the database server's (other
-    # workers' machines) is refused in one line, exit 2 (SQLite: one machine, one clock).
+    # workers' machines) is refused in one line, exit 1 (SQLite: one machine, one clock).
     check_clock(settings.database_url)
     logs.configure()  # JSON lines on stderr, like serve
     commands.migrate_schema(settings.database_url)  # a schema newer than this release: one line, exit 2
@@ -288,7 +288,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 DATABASE = commands.DATABASE
 SECRETS = ("database_url", "secrets_key")  # partner secrets are sealed or opened
 PARTNER_URLS = (*SECRETS, "webhook_allow_private_urls")  # a URL's destination is checked
-TESTING = (*PARTNER_URLS, "webhook_timeout")
+TESTING = (*PARTNER_URLS, "webhook_timeout", "webhook_connect_timeout")
 ROTATING = (*SECRETS, "secret_rotation_overlap")
 DELIVERING = (
     *TESTING,
@@ -447,8 +447,8 @@ def register(group: Any) -> None:
         delivery_commands,
         "resend",
         "send one delivery again, whatever its state",
-        details="Same delivery id, a fresh attempt. Refused while it is being attempted, and for a "
-        "removed partner's delivery.",
+        details="Same delivery id, a fresh attempt. Refused while it is being attempted, for a "
+        "removed partner's delivery, and for one that went out inside a batch (resend the batch's).",
         settings=DATABASE,
     )
     resend.add_argument("id", help="delivery id")

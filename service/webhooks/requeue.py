@@ -81,7 +81,8 @@ class Resent(Enum):
 
 async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> Resent:
     """Requeue one delivery whatever its state, but one in flight (sending it again now would put
-    two attempts in flight at once) or one whose partner was removed."""
+    two attempts in flight at once), one whose partner was removed, or one that went out inside a
+    batch (the batch's own delivery is what is resent)."""
     row = (
         await conn.execute(
             select(deliveries.c.status, deliveries.c.claimed_until, deliveries.c.batch_id).where(

@@ -12,7 +12,8 @@ with aiohttp, which the sender already uses:
   the outbox and partner gauges read at scrape time (``service.webhooks.scrape``), and the loop's
   own: ``service_webhook_worker_last_turn_timestamp_seconds`` (Unix time of its last turn) beside
   ``service_webhook_worker_stale_after_seconds`` (how long ``/healthz`` lets it be quiet), so an
-  alert tells exactly what ``/healthz`` tells: ``time() - last turn > stale after``.
+  alert tells exactly what ``/healthz`` tells: ``timestamp(last turn) - last turn > stale after``
+  (the scrape's time, not the rule's evaluation's: deploy/prometheus/alerts.yml says why).
 
 Any other path answers 404, and another method on these 405 with ``Allow``, in the service's one
 error shape with the sentences the server answers them with (``service.errors``).
