@@ -6,8 +6,6 @@ things with the same field errors (``InvalidInput``), and an unknown parameter i
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Collection, Mapping
 from urllib.parse import parse_qsl
 
@@ -34,22 +32,6 @@ def query_pairs(query_string: str, *, keep_blank: bool) -> list[tuple[str, str]]
     if refused:
         raise InvalidInput(errors=refused)
     return pairs
-
-
-_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
-_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 section 2.3
-
-
-def unescape_unreserved(path: str) -> str:
-    """``path`` with each percent-escape of an unreserved character written as the character
-    (RFC 3986 section 6.2.2.2: ``%2E`` is ``.``, ``%7e`` is ``~``); every other escape is kept as
-    it is, since ``%2F`` is not ``/`` and ``%00`` names nothing."""
-
-    def character(escape: re.Match[str]) -> str:
-        decoded = chr(int(escape[1], 16))
-        return decoded if decoded in _UNRESERVED else escape[0]
-
-    return _ESCAPE.sub(character, path)
 
 
 def refuse_unknown(args: Mapping[str, object], known: Collection[str]) -> None:
