@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service import admin, collector, console, cors, health, logs, proxies, shutdown, waitlist
 from service.bodies import MAX_BODY_BYTES
-from service.clock import Clock, utc_now
+from service.clock import Clock, epoch_seconds, utc_now
 from service.connections import GuardedRequest, Registry, connection_limit
 from service.db.batch import BatchWriter
 from service.db.engine import Probe, create_engine
@@ -147,7 +147,7 @@ def create_app(
             raise  # the key of another deployment: nothing may be sealed under it
         except Exception:  # the database is down: serve anyway (/readyz says so), seal next start
             log.warning("could not check for partner secrets stored in plaintext", exc_info=True)
-        ctx.limiter = RateLimiter(settings)
+        ctx.limiter = RateLimiter(settings, clock=epoch_seconds(clock))
         ctx.limiter.start()
         ctx.admin_attempts = admin.FailedAttempts(ctx.limiter.storage)
 

@@ -433,7 +433,11 @@ class RateLimiter:
     it several times cheaper than an exact moving window at the same protection.
     """
 
-    def __init__(self, settings: Settings, scope: str = "waitlist") -> None:
+    def __init__(
+        self, settings: Settings, scope: str = "waitlist", *, clock: Callable[[], float] = time.time
+    ) -> None:
+        """``clock`` (seconds since the epoch) times the windows of the in-process store; Redis
+        keeps its own time."""
         self.items: list[RateLimitItem] = parse_many(settings.waitlist_rate_limit)
         global_limit = settings.waitlist_global_rate_limit
         self.global_items: list[RateLimitItem] = parse_many(global_limit) if global_limit else []
@@ -449,6 +453,7 @@ class RateLimiter:
         if uri.startswith("async+memory://"):
             uri = WINDOW_COUNTERS_URI
             options["max_counters"] = 2 * settings.rate_limit_memory_clients * len(self.items)
+            options["clock"] = clock
         elif "redis" in uri:
             options["key_prefix"] = settings.rate_limit_key_prefix
             # redis-py's asyncio client: measured here at ~78 µs of client CPU per hit against

@@ -247,8 +247,12 @@ def refused_url(redirect: str, error: ServiceError) -> str:
 
 
 def see_other(location: str) -> HTTPResponse:
-    """303: the browser fetches ``location`` with GET (a reload never posts the form again)."""
-    return raw(b"", status=303, headers={"Location": location, "Cache-Control": "no-store"})
+    """303: the browser fetches ``location`` with GET (a reload never posts the form again).
+
+    Sanic gives every 303 a Content-Type, ``application/octet-stream`` unless told, which names a
+    download: the empty body is declared as text instead."""
+    headers = {"Location": location, "Cache-Control": "no-store"}
+    return raw(b"", status=303, headers=headers, content_type="text/plain; charset=utf-8")
 
 
 def create_blueprint(clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Blueprint:

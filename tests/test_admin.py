@@ -115,6 +115,19 @@ def test_failed_attempts_are_throttled_per_client(make_client, rate_limit_storag
     ]
 
 
+def test_the_throttle_keeps_the_apps_clock(make_client, clock):
+    """The in-process throttle times its windows by the clock the app is given, as everything else
+    does: eleven wrong tokens at one instant are ten 401s and a 429 wherever a minute's edge falls,
+    and two minutes on by that clock the client may try again."""
+    wrong = {"authorization": "Bearer wrong"}
+    with make_client(admin_token=TOKEN) as client:
+        statuses = [client.get("/admin/waitlist", headers=wrong).status_code for _ in range(11)]
+        clock.advance(121)  # two windows: nothing of the first still weighs
+        again = client.get("/admin/waitlist", headers=wrong)
+    assert statuses == [401] * 10 + [429]
+    assert again.status_code == 401
+
+
 @pytest.mark.parametrize(
     ("before", "count", "then", "expected"),
     [
@@ -138,12 +151,13 @@ def test_the_throttle_counts_wrong_tokens_only_and_never_refuses_the_right_one(
 def test_failed_attempts_are_counted_per_ipv6_64(monkeypatch, sqlite_url):
     """Guessing from a new address of one /64 each time is still one client: the eleventh is 429."""
     from service.app import create_app
+    from service.clock import ManualClock
     from service.settings import Settings
     from tests.conftest import Client
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
     settings = Settings(database_url=sqlite_url, admin_token=TOKEN, trusted_proxies=("127.0.0.1",))
-    with Client(create_app(settings)) as client:
+    with Client(create_app(settings, clock=ManualClock())) as client:
         statuses = [
             client.get(
                 "/admin/waitlist",

@@ -38,6 +38,7 @@ def test_a_browser_form_post_is_sent_to_the_thank_you_url(make_client: Any, data
         assert response.status_code == 303
         assert response.headers["location"] == THANKS
         assert response.headers["cache-control"] == "no-store"
+        assert (response.headers["content-type"], response.content) == ("text/plain; charset=utf-8", b"")
         rows = client.run(stored_rows(database_url))
     assert [row["email"] for row in rows] == ["ada@example.com"]
 

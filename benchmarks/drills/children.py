@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol
 
-from tests.processes import ROOT, free_port, kill, stop, wait_ready
+from tests.processes import ROOT, kill, stop, wait_ready
 
 CLI_TIMEOUT = 60.0  # seconds: a CLI command migrates and opens an engine, then does one thing
 READY_TIMEOUT = 30.0  # seconds for a child to come up (migrations, imports) on a slow machine
@@ -83,8 +83,10 @@ class Children:
         """``python -m service worker``; with ``wait``, returns once it says it is delivering."""
         log = self.logs / f"{name}.log"
         starts = log.read_bytes().count(WORKER_READY) if log.exists() else 0
-        # Each on a port of its own for its probes: several workers run on one machine here.
-        process = self.spawn(name, ["worker", "--port", str(free_port())], settings)
+        # Each on a port of its own for its probes, which the kernel picks as it binds (port 0):
+        # a port picked here beforehand could be the one a server started beside it is about to
+        # bind, and the probes' /healthz would then answer for that server.
+        process = self.spawn(name, ["worker", "--port", "0"], settings)
         if wait:
             self.wait_worker(name, process, starts + 1)
         return process
