@@ -15,10 +15,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+_GIVEN: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port free now on loopback, never one this process was given before: the port is only
+    reserved once a child binds it, and two picks made before either child starts could otherwise
+    be the same port."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _GIVEN:
+            _GIVEN.add(port)
+            return port
 
 
 def start_server(port: int, env: dict[str, str], *args: str, log: Path | None = None) -> subprocess.Popen[bytes]:

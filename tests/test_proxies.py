@@ -6,6 +6,7 @@ import pytest
 
 from service import cli
 from service.app import create_app
+from service.clock import ManualClock
 from service.proxies import misconfiguration, parse_networks, trusted_peer
 from service.settings import Settings
 from tests.conftest import Client
@@ -24,7 +25,7 @@ def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def _proxied(monkeypatch, sqlite_url, trusted, **options) -> Client:
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
     settings = Settings(database_url=sqlite_url, trusted_proxies=trusted, **options)
-    return Client(create_app(settings))
+    return Client(create_app(settings, clock=ManualClock()))  # the limiter's windows stand still
 
 
 def test_a_rotating_forwarded_for_from_an_untrusted_peer_changes_nothing(monkeypatch, sqlite_url, rate_limit_storage):

@@ -14,6 +14,7 @@ from limits.aio import strategies as limits_strategies
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from service import ratelimit
+from service.clock import ManualClock
 from service.ratelimit import (
     LIMITS_VERSION,
     WINDOW_COUNTERS_URI,
@@ -74,7 +75,7 @@ def test_trusted_proxy_header_separates_clients(monkeypatch, sqlite_url, rate_li
     settings = Settings(
         database_url=sqlite_url, waitlist_rate_limit="1/minute", trusted_proxies=("127.0.0.1",), **rate_limit_storage
     )
-    with Client(create_app(settings)) as client:
+    with Client(create_app(settings, clock=ManualClock())) as client:
         statuses = [
             post(client, headers={"x-forwarded-for": address}).status_code
             for address in ("203.0.113.1", "203.0.113.2", "203.0.113.1")
@@ -427,7 +428,8 @@ def _proxied(monkeypatch, sqlite_url, **options):
     from service.app import create_app
 
     monkeypatch.setenv("SANIC_PROXIES_COUNT", "1")
-    return Client(create_app(Settings(database_url=sqlite_url, trusted_proxies=("127.0.0.1",), **options)))
+    settings = Settings(database_url=sqlite_url, trusted_proxies=("127.0.0.1",), **options)
+    return Client(create_app(settings, clock=ManualClock()))  # the limiter's windows stand still
 
 
 def test_twenty_five_addresses_of_one_ipv6_64_are_one_client(monkeypatch, sqlite_url, rate_limit_storage):

@@ -9,6 +9,7 @@ from urllib.parse import urlencode
 import pytest
 
 from service.app import create_app
+from service.clock import ManualClock
 from service.errors import FIELD_ERRORS_SHOWN, FieldError, shown
 from service.settings import Settings
 from service.text import LINE_MESSAGE, LINE_PATTERN, LINES_MESSAGE, LINES_PATTERN, line_fault, lines_fault
@@ -32,7 +33,7 @@ def _no_proxy_settings(monkeypatch: pytest.MonkeyPatch) -> None:
 def _with_secret(monkeypatch, sqlite_url, secret, **options) -> Client:
     monkeypatch.setenv("SANIC_FORWARDED_SECRET", secret)
     settings = Settings(database_url=sqlite_url, waitlist_rate_limit="1/minute", **options)
-    return Client(create_app(settings))
+    return Client(create_app(settings, clock=ManualClock()))  # the limiter's windows stand still
 
 
 def _statuses(client: Client, headers: list[dict[str, str]]) -> list[int]:
