@@ -132,3 +132,28 @@ def test_the_waitlist_page_shows_hidden_characters_of_a_registration_as_escapes(
     assert ">Acme\\u200b<" in page.text
     assert "first line\nsecond \\ufeff\\udb40\\udc41<" in page.text
     assert (row["project"], row["message"]) == (project, message)
+
+
+def test_a_partner_name_with_hidden_characters_shows_them_as_escapes(make_client: Any) -> None:
+    """A partner's name may hold a zero-width space: wherever the console names the partner (the
+    list, its page and title, the deliveries' filter) it shows the escape, so "Acme" and
+    "Acme\u200b" are told apart; the edit form keeps the name as stored, and so does the API."""
+    name = "Acme\u200b"
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        made = client.post("/admin/partners", json={"name": name, "url": "http://127.0.0.1:9/hook"}, headers=BEARER)
+        assert made.status_code == 201, made.text
+        partner_id = made.json["id"]
+        cookies = _session(_sign_in(client))
+        pages = {
+            path: client.get(path, cookies=cookies)
+            for path in ("/console/partners", f"/console/partners/{partner_id}", "/console/deliveries")
+        }
+        form = client.get(f"/console/partners/{partner_id}/edit", cookies=cookies)
+        listed = client.get(f"/admin/partners/{partner_id}", headers=BEARER).json
+    for path, page in pages.items():
+        assert page.status_code == 200, path
+        assert "\u200b" not in page.text, path
+        assert "Acme\\u200b" in page.text, path
+    assert "<title>Acme\\u200b · Console</title>" in pages[f"/console/partners/{partner_id}"].text
+    assert f'value="{name}"' in form.text
+    assert listed["name"] == name
