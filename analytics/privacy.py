@@ -8,10 +8,14 @@ import re
 MASK = "***"
 # 16 hex digits (64 bits): collisions negligible for any waitlist, still short in a table.
 EMAIL_HASH_LENGTH = 16
-# Deliberately loose: free text loses anything address-like; a false positive costs nothing. A
-# match starts only where a run of local-part characters starts: tried from every position inside
-# a long run with no address after it, the search took time in the square of the text's length.
-_EMAIL_IN_TEXT = re.compile(r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)+")
+# Deliberately loose: free text loses anything address-like; a false positive costs nothing. The
+# intake takes addresses in any script (``josé@bücher.example``), so the parts are read as word
+# characters of any script (``\w``: letters, digits, ``_``), plus the punctuation local parts use.
+# A match starts only where a run of local-part characters starts: tried from every position
+# inside a long run with no address after it, the search took time in the square of the text's
+# length.
+_LOCAL = r"[\w.%+'-]"
+_EMAIL_IN_TEXT = re.compile(rf"(?<!{_LOCAL}){_LOCAL}+@[\w-]+(?:\.[\w-]+)+")
 
 
 def mask_email(email: str) -> str:

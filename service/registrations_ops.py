@@ -11,6 +11,7 @@ identity (``service.db.registrations.email_key``), the same key the waitlist sto
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,14 +30,21 @@ Document = dict[str, Any]
 Entry = dict[str, Any]
 MAX_PAGE = 10_000  # entries per page of /admin/waitlist: a page of JSON stays a few MB at most
 FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")  # cells a spreadsheet would run as formulas
+# A spreadsheet set to split on ";" (the list separator of many locales) splits a cell the CSV
+# writer saw no reason to quote, and one that splits on tabs or lines splits on those: a lead
+# after any separator starts a cell of its own there.
+_LEAD_AFTER_SEPARATOR = re.compile(r"(?<=[;,\t\r\n])(?=[=+\-@])")
 
 
 def neutralise(cell: Any) -> Any:
-    """Prefix a quote to cells a spreadsheet would read as a formula (CSV injection, OWASP): an
-    export's cells, the ``waitlist export`` command's and the console's download alike."""
-    if isinstance(cell, str) and cell.startswith(FORMULA_LEADS):
-        return "'" + cell
-    return cell
+    """Prefix a quote to cells a spreadsheet would read as a formula (CSV injection, OWASP), and
+    to every formula lead that follows a separator inside one (``Acme;=cmd`` becomes
+    ``Acme;'=cmd``): an export's cells, the ``waitlist export`` command's and the console's
+    download alike."""
+    if not isinstance(cell, str):
+        return cell
+    cell = _LEAD_AFTER_SEPARATOR.sub("'", cell)
+    return "'" + cell if cell.startswith(FORMULA_LEADS) else cell
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,11 +57,28 @@ def test_email_hash_is_sha256_of_the_lowercased_address() -> None:
         ("mail:ann.lee+x@example.com!", "mail:a***@example.com!"),
         ("a.b.c@d.e.f", "a***@d.e.f"),
         ("x@y", "x@y"),
+        ("ann_lee@example.com", "a***@example.com"),
+        ("o'brien@example.com", "o***@example.com"),
     ],
 )
 def test_an_address_is_masked_from_the_start_of_its_run(text: str, redacted: str) -> None:
     """A match starts where a run of local-part characters starts, so the whole local part is
     masked and what follows a separator is masked as an address of its own."""
+    assert redact_emails(text) == redacted
+
+
+@pytest.mark.parametrize(
+    ("text", "redacted"),
+    [
+        ("write josé@bücher.example", "write j***@bücher.example"),
+        ("jose@bücher.example", "j***@bücher.example"),
+        ("ann@例え.jp and 用户@例子.广告", "a***@例え.jp and 用***@例子.广告"),
+        ("Ünal.Öz@Example.de", "Ü***@Example.de"),
+    ],
+)
+def test_an_address_in_any_script_is_masked(text: str, redacted: str) -> None:
+    """The intake takes addresses whose local part or domain is not ASCII; free text loses them as
+    it loses ASCII ones."""
     assert redact_emails(text) == redacted
 
 
