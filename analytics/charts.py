@@ -31,6 +31,7 @@ BAR_COLOR = "tab:blue"  # matplotlib's first colour, as every other bar chart he
 BELOW_COLOR = "tab:orange"  # a rate under the threshold
 LATENCY_COLOURS = "Blues"  # the slower, the darker
 DELIVERY_TIME_COLOURS = "Greens"  # the later, the darker
+SHORT_BAR = 0.1  # a success-rate bar lower than this carries its label above it, not inside
 MIN_LABELLED = 0.05  # parts of a stacked bar narrower than this carry no label: it would not fit
 DARK = 0.5  # a colour darker than this (mean of its RGB) takes white text
 QUALITATIVE = "tab10"  # failure reasons: one colour each, the same in every bar
@@ -89,7 +90,8 @@ def registrations_over_time_chart(over_time: pd.DataFrame) -> Figure:
         ax.set_xlim(periods[0] - step / 2, periods[-1] + step / 2)
         every = -(-len(periods) // MAX_TIME_TICKS)  # ceiling: every n-th period has its date
         ax.set_xticks(periods[::every])
-        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d"))  # type: ignore[no-untyped-call]
+        # In UTC, as the axis says, whatever time zone matplotlib's settings name.
+        ax.xaxis.set_major_formatter(mdates.DateFormatter("%Y-%m-%d", tz="UTC"))  # type: ignore[no-untyped-call]
         fig.autofmt_xdate()
     ax.set_ylim(bottom=0)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
@@ -126,8 +128,15 @@ def success_rate_chart(rates: pd.DataFrame, threshold: float | None = None) -> F
     positions = np.arange(len(values))
     container = ax.bar(positions, values, color=colours)
     ax.set_xticks(positions, _shortened(_labels(rates, keys)), parse_math=False)
-    # Inside the bars, so no label sits on the threshold line.
-    ax.bar_label(container, labels=[f"{value:.1%}" for value in values], label_type="center", color="white")
+    # Inside the bars, so no label sits on the threshold line; a bar too short to hold its label
+    # (a partner at 0 % has none at all) carries it above, in black, or it would read as no data.
+    short = values < SHORT_BAR
+    labels = [f"{value:.1%}" for value in values]
+    ax.bar_label(container, labels=[t if not s else "" for t, s in zip(labels, short, strict=True)],
+                 label_type="center", color="white")  # fmt: skip
+    if short.any():
+        above = [t if s else "" for t, s in zip(labels, short, strict=True)]
+        ax.bar_label(container, labels=above, label_type="edge", color="black", padding=2)
     ax.set_ylim(0, 1.05)  # a rate is a share, so keep the scale honest even when all are high
     ax.set(title="Attempt success rate", ylabel="attempts answered 2xx (share)")
     if threshold is not None:

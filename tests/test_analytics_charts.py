@@ -164,6 +164,16 @@ def test_success_rate_chart() -> None:
     assert ax.get_legend() is None and not ax.get_lines()
 
 
+def test_a_rate_too_low_for_its_bar_is_labelled_above_it_in_black() -> None:
+    """A partner at 0 % has no bar to hold a white label: its "0.0%" sits above the axis in
+    black, as does any rate under a tenth; the others keep theirs inside, in white."""
+    rates = pd.DataFrame({"partner": ["Acme", "Beta", "Cato"], "attempts": [4, 20, 4],
+                          "succeeded": [0, 1, 4], "success_rate": [0.0, 0.05, 1.0]})  # fmt: skip
+    ax = only_axes(charts.success_rate_chart(rates))
+    shown = {(text.get_text(), matplotlib.colors.to_hex(text.get_color())) for text in ax.texts if text.get_text()}
+    assert shown == {("0.0%", "#000000"), ("5.0%", "#000000"), ("100.0%", "#ffffff")}
+
+
 def test_success_rate_chart_draws_the_threshold() -> None:
     """With a threshold: a dashed line at it, in the legend, and the bars under it in the warning colour."""
     ax = only_axes(charts.success_rate_chart(RATES, threshold=0.95))
@@ -277,6 +287,19 @@ def test_the_time_axis_fits_the_data_and_counts_start_at_zero(days: int, step: s
     assert (left, right) == (first - width / 2, last + width / 2)
     assert ax.get_ylim()[0] == 0
     assert ax.get_xlabel() == ("day (UTC)" if step == "D" else "week starting (UTC)")
+
+
+def test_the_time_axis_names_utc_days_whatever_matplotlibs_time_zone() -> None:
+    """Registrations on the UTC days 2026-05-11 and 2026-05-12 are labelled with those days under
+    an "(UTC)" axis, even where matplotlib's settings name another time zone (its date formatter
+    follows ``rcParams["timezone"]`` unless told)."""
+    days = [pd.Timestamp("2026-05-11T10:00", tz="UTC"), pd.Timestamp("2026-05-12T10:00", tz="UTC")]
+    frame = pd.DataFrame({"intent": ["claim", "claim"], "created_at": pd.Series(days)})
+    with matplotlib.rc_context({"timezone": "America/Los_Angeles"}):
+        fig = charts.registrations_over_time_chart(waitlist.registrations_over_time(frame))
+        render_png(fig)  # lays the figure out, which writes the tick labels
+        drawn = ticks(only_axes(fig).get_xticklabels())
+    assert drawn == ["2026-05-11", "2026-05-12"]
 
 
 def test_a_long_name_is_cut_for_display_and_leaves_the_axes_their_room() -> None:
