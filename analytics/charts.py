@@ -266,8 +266,25 @@ def _short(label: str) -> str:
     return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1].rstrip() + ELLIPSIS
 
 
+def _middle_cut(label: str) -> str:
+    """``label`` cut to ``MAX_LABEL`` characters in its middle: its start and its end kept."""
+    if len(label) <= MAX_LABEL:
+        return label
+    head = (MAX_LABEL - 1) // 2
+    return label[:head].rstrip() + ELLIPSIS + label[-(MAX_LABEL - 1 - head) :].lstrip()
+
+
 def _shortened(labels: list[str]) -> list[str]:
-    return [_short(label) for label in labels]
+    """Each label as drawn; labels that differ only past the cut (two partners of one name, told
+    apart by the id after it) keep their ends instead, so their bars are not drawn as twins."""
+    short = [_short(label) for label in labels]
+    sources: dict[str, set[str]] = {}
+    for label, drawn in zip(labels, short, strict=True):
+        sources.setdefault(drawn, set()).add(label)
+    return [
+        _middle_cut(label) if len(sources[drawn]) > 1 else drawn
+        for label, drawn in zip(labels, short, strict=True)
+    ]
 
 
 def _step_of(periods: pd.DatetimeIndex) -> str | None:

@@ -302,6 +302,23 @@ def test_the_time_axis_names_utc_days_whatever_matplotlibs_time_zone() -> None:
     assert drawn == ["2026-05-11", "2026-05-12"]
 
 
+def test_two_partners_of_one_long_name_keep_their_ids_apart_when_cut() -> None:
+    """Two partners named alike are told apart by their ids after the name; cut at the end, both
+    labels read "Lighthouse Analytics (ptn_01KRA…" and their bars look like twins. Those two are cut
+    in the middle instead, keeping the id's end; a long label with no twin is cut at its end."""
+    tails = ("8Z3Q5WJ4C0VDX9M2N7E6H1TGB", "9A0B1C2D3E4F5G6H7J8K9M0NP")
+    twins = [f"Lighthouse Analytics (ptn_01KRA{tail})" for tail in tails]
+    alone = "A partner whose name is long enough to be cut"
+    rates = pd.DataFrame({"partner": [*twins, alone], "attempts": [4, 4, 4], "succeeded": [4, 3, 2],
+                          "success_rate": [1.0, 0.75, 0.5]})  # fmt: skip
+    fig = charts.success_rate_chart(rates)
+    drawn = ticks(only_axes(fig).get_xticklabels())
+    assert len(set(drawn)) == 3 and all(len(label) <= charts.MAX_LABEL for label in drawn)
+    assert drawn[0] == "Lighthouse Anal…VDX9M2N7E6H1TGB)"
+    assert drawn[1] == "Lighthouse Anal…4F5G6H7J8K9M0NP)"
+    assert drawn[2] == alone[: charts.MAX_LABEL - 1].rstrip() + "…"
+
+
 def test_a_long_name_is_cut_for_display_and_leaves_the_axes_their_room() -> None:
     """A project name of 117 characters (the service takes 120) is drawn cut, with an ellipsis, and
     the bars keep most of the figure's width; drawn in full, it squeezed the axes to nothing and

@@ -22,8 +22,9 @@ Determinism comes from the source, not from tidying the output: every choice is 
 ``random.Random`` seeded with the seed; the service's clock is one the driver moves from one action
 to the next (timestamps, retry times and time-to-delivery are exact); the worker's jitter has its
 own seeded ``Random`` and due deliveries are sent one at a time in a fixed order, so its draws land
-on the same deliveries every run. Partner, delivery and claim ids are the service's own random
-ULIDs; the analyses never show them.
+on the same deliveries every run. Partner ids come from a seeded source (``SeededIds``), the same
+every run, since the delivery notebook's list of actions prints them; delivery and claim ids are
+the service's own random ULIDs, which the analyses never show.
 
 Attempt durations, too, are read from a timer the generator moves (``receivers.Stopwatch``): each
 is what the partner's answer is designed to take (at once, ``PROMPT_REPLY`` or ``SLOW_REPLY``
