@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,12 +109,21 @@ def repeat_registrations(df: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+def _project_key(spelling: str) -> str:
+    """What two spellings of one project name share: NFKC, no format characters, case folded."""
+    visible = "".join(char for char in spelling if unicodedata.category(char) != "Cf")
+    return unicodedata.normalize("NFKC", visible).casefold()
+
+
 def top_projects(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     """Columns ``project, count``: the ``n`` most named projects, most first, ties alphabetical.
 
     Names are compared trimmed, with inner whitespace collapsed and case folded, so "Moon  DAO"
-    and "moon dao" count as one; blank names are not projects. Each is shown as registrants wrote
-    it: its most common spelling (spaces tidied), the first in sort order among equally common ones.
+    and "moon dao" count as one, and as Unicode NFKC without its invisible format characters, so
+    "Café" typed precomposed or with a combining accent, and "Moon\u200bDAO" (a zero-width space,
+    which the intake accepts), count with the names they look like; blank names are not projects.
+    Each is shown as registrants wrote it: its most common spelling (spaces tidied), the first in
+    sort order among equally common ones.
     """
     if n < 0:
         raise ValueError("n must be zero or more")
@@ -125,7 +135,7 @@ def top_projects(df: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     table = pd.DataFrame(
         {"spelling": spellings.index.astype("str"), "count": spellings.to_numpy(dtype="int64")}
     )
-    table["key"] = table["spelling"].str.casefold()
+    table["key"] = table["spelling"].map(_project_key)
     table = table.sort_values(["key", "count", "spelling"], ascending=[True, False, True], kind="stable")
     grouped = table.groupby("key", sort=False)
     out = pd.DataFrame(

@@ -135,6 +135,15 @@ def test_top_projects(n: int, projects: list[str], counts: list[int]) -> None:
     assert_frame_equal(waitlist.top_projects(registrations(), n=n), expected)
 
 
+def test_top_projects_counts_names_that_look_alike_as_one() -> None:
+    """A zero-width space or joiner, and a combining accent against a precomposed letter, do not
+    make a name of their own: each counts with the name it looks like."""
+    names = ["Moonfrog", "Moonfrog", "Moon\u200bfrog", "Moonfrog\u200d", "Caf\u00e9", "Caf\u00e9", "Cafe\u0301", "Zeta"]
+    frame = pd.DataFrame({"project": names})
+    top = waitlist.top_projects(frame)
+    assert top.to_dict("list") == {"project": ["Moonfrog", "Caf\u00e9", "Zeta"], "count": [4, 3, 1]}
+
+
 def test_top_projects_refuses_negative_n() -> None:
     """A negative n is a mistake, not a request for everything but the last."""
     with pytest.raises(ValueError, match="n must be"):
