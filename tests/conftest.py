@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 from sanic import Sanic
+from sanic.router import Router
 from sanic_testing.reusable import ReusableClient
 from sqlalchemy import delete
 from sqlalchemy.engine import make_url
@@ -34,6 +36,24 @@ RUN_ID = uuid.uuid4().hex[:12]
 DATA = Path(__file__).resolve().parent / "data"
 
 Sanic.test_mode = True
+# Property tests: no deadline (a pause of this busy process is not a slow example) and no example
+# database written into the checkout; tests that need more examples say so in their own settings.
+hypothesis.settings.register_profile("suite", deadline=None, database=None)
+hypothesis.settings.load_profile("suite")
+
+
+@pytest.fixture(autouse=True)
+def _forget_apps() -> Iterator[None]:
+    """After each test, let its apps go. Sanic keeps every app it made in a registry by name, and
+    its router caches route lookups (and with them the routers, and their apps) in class-level
+    caches of 1,024 entries: over a run the process held every test's app, and each of the
+    collector's full collections walked them all (1.2 million objects and pauses of 750 ms after
+    300 tests), long enough to fail a test that waits half a second for a real answer. Test
+    infrastructure reading Sanic's own attributes: a rename fails every test here at once."""
+    yield
+    Router.get.cache_clear()
+    Router.find_route_by_view_name.cache_clear()
+    Sanic._app_registry.clear()
 
 
 @pytest.fixture

@@ -37,8 +37,8 @@ def test_the_procfile_topology_limits_delivers_and_survives_a_killed_server(tmp_
     and with one server killed the other answers every request through nginx."""
     require_tool("nginx", "the rehearsal puts nginx in front of the servers")
     runner = honcho()
-    ports = Ports.free()
     with scratch_backends() as backends, Receiver() as receiver:
+        ports = Ports.free()  # picked once the receiver holds its own port
         env = {
             **clean_environment(),
             "SERVICE_DATABASE_URL": backends.database_url,

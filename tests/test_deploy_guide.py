@@ -44,8 +44,8 @@ def test_the_guides_commands_in_order_reach_a_delivered_event(tmp_path: Path) ->
     for tool in ("createdb", "curl"):
         require_tool(tool, "docs/deploy.md's commands use it")
     blocks = recipe()
-    servers = (free_port(), free_port())
     with scratch_backends(create=False) as backends, Receiver() as receiver:
+        servers = (free_port(), free_port())  # picked once the receiver holds its own port
         url = make_url(backends.database_url)
         # This machine's values for the names of step 1, set right after the guide's own.
         names = "\n".join(

@@ -19,12 +19,17 @@ from service.settings import Settings
 ME, SOMEONE, THIRD = "203.0.113.7", "198.51.100.1", "192.0.2.33"
 
 
+STANDING = 1_780_000_020.0  # seconds since the epoch: twenty seconds into a minute
+
+
 async def _limiter(
     rate_limit_storage: dict[str, str], *, own_calls: bool = False, **limits: str
 ) -> RateLimiter:
     """A started limiter; with ``own_calls``, one that counts through limits' own calls (test, then
     hit), as on Redis Sentinel or Cluster, rather than in process or in batches."""
-    limiter = RateLimiter(Settings(**rate_limit_storage, **limits))
+    # In process, the windows stand still (a minute's edge never falls inside a sequence); Redis
+    # keeps its own time, and a window there begins with its first hit.
+    limiter = RateLimiter(Settings(**rate_limit_storage, **limits), clock=lambda: STANDING)
     if own_calls:
         limiter._counters = limiter._batched = None
     limiter.start()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -138,13 +138,15 @@ FORM_PAGE = """<!doctype html>
 
 
 @contextmanager
-def site(action: str) -> Iterator[int]:
-    """The site the service sits behind: a page with the form, and the thank-you page, on their own port."""
+def site(action: Callable[[], str]) -> Iterator[int]:
+    """The site the service sits behind: a page with the form, and the thank-you page, on their own
+    port. The form's action is asked for when the page is served, so the service's port can be
+    picked after this server holds its own."""
 
     class Page(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = urlsplit(self.path).path
-            text = FORM_PAGE.format(action=action) if path == "/" else "<!doctype html><title>Thanks</title>"
+            text = FORM_PAGE.format(action=action()) if path == "/" else "<!doctype html><title>Thanks</title>"
             payload = text.encode()
             self.send_response(200 if path in ("/", "/thanks") else 404)
             self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -166,8 +168,10 @@ def site(action: str) -> Iterator[int]:
 
 def test_chromium_without_javascript_lands_on_the_thank_you_and_error_urls(tmp_path: Path) -> None:
     """A real browser with scripts off: submit, land on the thank-you URL; a bad email lands on it with the error."""
-    service_port = free_port()
-    with site(f"http://127.0.0.1:{service_port}/api/waitlist") as site_port:
+    service: list[int] = []
+    with site(lambda: f"http://127.0.0.1:{service[0]}/api/waitlist") as site_port:
+        service_port = free_port()
+        service.append(service_port)
         thanks = f"http://127.0.0.1:{site_port}/thanks"
         env = {
             "SERVICE_DATABASE_URL": f"sqlite:///{tmp_path / 'service.db'}",

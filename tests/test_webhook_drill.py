@@ -16,9 +16,10 @@ from webhook_helpers import ADMIN_TOKEN, AUTH, Receiver, Reply, room_claimed
 
 EVENTS = 200
 # The receiver answers slowly so the backlog is still draining when the server dies; the timeout
-# stays above that delay, and the lease (2 x 1 s + 5 s) bounds how late in-flight claims return.
+# stays well above that delay (a pause of the test process, where the receiver runs, must not turn
+# an answer into a timeout), and the lease (2 x 2 s + 5 s) bounds how late in-flight claims return.
 RECEIVER_DELAY = 0.5
-TIMEOUT = 1
+TIMEOUT = 2
 
 
 def _statuses(database: Path) -> dict[str, int]:
@@ -34,7 +35,6 @@ def _event_ids(requests: list[Any]) -> set[str]:
 def test_sigkill_mid_backlog_loses_nothing(tmp_path: Path) -> None:
     """SIGKILL while 200 deliveries drain; after a restart every event reaches the receiver."""
     database = tmp_path / "drill.db"
-    port = free_port()
     env = {
         "SERVICE_DATABASE_URL": f"sqlite:///{database}",
         "SERVICE_ADMIN_TOKEN": ADMIN_TOKEN,
@@ -43,6 +43,7 @@ def test_sigkill_mid_backlog_loses_nothing(tmp_path: Path) -> None:
     }
     log = tmp_path / "server.log"
     with Receiver(default=Reply(delay=RECEIVER_DELAY)) as receiver:
+        port = free_port()  # picked once the receiver holds its own: nothing binds between pick and use
         first = start_server(port, env, log=log)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH) as client:

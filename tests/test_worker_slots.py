@@ -32,8 +32,8 @@ def test_fifty_hanging_partners_leave_room_for_a_healthy_one(tmp_path: Path) -> 
         "SERVICE_WEBHOOK_MAX_IN_FLIGHT": str(CAP),
         "SERVICE_WEBHOOK_RETRY_SCHEDULE": "600",
     }
-    port = free_port()
     with Receiver(Reply(delay=HANG)) as hanging, Receiver() as healthy:
+        port = free_port()  # picked once the receivers hold theirs: nothing binds between pick and use
         server = start_server(port, env)
         try:
             with httpx.Client(base_url=f"http://127.0.0.1:{port}", headers=AUTH, timeout=30) as admin:

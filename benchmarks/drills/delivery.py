@@ -333,15 +333,17 @@ class Drill(KillsDeliverers):
         """Server, workers and both partners, side by side; nothing is published before all are up."""
         children = self.children
         self.server = children.start_server("server", self.port, self.settings, *self.server_args)
-        if self.kind != "sqlite":
-            self.workers = [
-                children.worker(f"worker-{index}", self.settings, wait=False) for index in range(2)
-            ]
         added = children.cli(
             self.settings, "partners", "add", "--name", "drill-cli", "--url", self.receiver.url("/cli")
         )
         self.secrets["/cli"] = added["secret"]
+        # The workers bind their probes' ports as the kernel picks them, which could be the
+        # server's own until the server holds it: they start once it does.
         children.wait_server(self.port, self.server)
+        if self.kind != "sqlite":
+            self.workers = [
+                children.worker(f"worker-{index}", self.settings, wait=False) for index in range(2)
+            ]
         for index, worker in enumerate(self.workers):
             children.wait_worker(f"worker-{index}", worker)
         with httpx.Client(base_url=self.base_url, headers=AUTH) as client:

@@ -208,9 +208,11 @@ class Drill(KillsDeliverers):
 
     def start(self, targets: dict[str, str]) -> None:
         self.server = self.children.start_server("server", self.port, self.settings, *self.server_args)
+        # The workers' probe ports are the kernel's pick, which could be the server's own until it
+        # holds it: they start once it does.
+        self.children.wait_server(self.port, self.server)
         if self.kind != "sqlite":
             self.workers = [self.children.worker(f"worker-{n}", self.settings, wait=False) for n in range(2)]
-        self.children.wait_server(self.port, self.server)
         for number, worker in enumerate(self.workers):
             self.children.wait_worker(f"worker-{number}", worker)
         with httpx.Client(base_url=self.base_url, headers=AUTH) as client:

@@ -7,9 +7,11 @@ under a second. Exactly 20 are accepted in total, whichever process took them, a
 answer is 429 with a ``Retry-After`` of whole seconds and the error shape; the database holds
 exactly the 20. The Redis keys are deleted afterwards.
 
-The limiter is a sliding-window counter: a burst that straddles a window edge could see one more
-request allowed only after ``limit`` would have decayed by a whole request, three seconds into the
-new minute at 20/minute. The burst takes well under that, and the drill says so if it did not.
+The limiter is a sliding-window counter. On Redis a client's window begins with its first hit
+(limits' script creates the counter then, for two windows), not at a minute's edge, and the key
+prefix is this run's own: a burst of under a minute is counted in one window, so "exactly the
+limit" is the right answer. The burst takes well under a second, and the drill says so if it took
+a minute.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from benchmarks.drills.report import Report, skipped
 from tests.processes import free_port
 
 DRILL = "one rate limit across two processes"
-BURST_LIMIT = 2.5  # seconds the burst may take for "exactly the limit" to be the right answer
+BURST_LIMIT = 60.0  # seconds the burst may take for "exactly the limit" to be the right answer
 
 
 @dataclass(frozen=True)
@@ -135,7 +137,7 @@ def run(workdir: Path, plan: Plan, redis: str | None) -> Report:
             "Redis keys under the prefix (then deleted)": f"{keys} (deleted {left}, {remaining} left)",
         }
     )
-    report.check(burst < BURST_LIMIT, f"the burst took {burst:.2f} s, inside one window's edge allowance")
+    report.check(burst < BURST_LIMIT, f"the burst took {burst:.2f} s, inside the window its first hit began")
     report.check(
         statuses[200] == plan.limit and rows == plan.limit,
         f"exactly {plan.limit} of {len(answers)} were accepted across both processes, and {rows} rows stored",
