@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+
+from tests.processes import free_port  # noqa: F401 - the benchmarks' port picker, the tests' own
 
 ROOT = Path(__file__).resolve().parents[1]
 HOST = "127.0.0.1"
@@ -26,22 +27,6 @@ HOST = "127.0.0.1"
 SECRETS_KEY = "AwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwMDAwM="
 READY_TIMEOUT = 30.0  # seconds: migrations plus rendering every document, on a slow machine
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-_GIVEN: set[int] = set()
-
-
-def free_port() -> int:
-    """A port free now on loopback, never one this process was given before: the port is only
-    reserved once a child binds it, and two picks made before either child starts could otherwise
-    be the same port."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind((HOST, 0))
-            port = int(sock.getsockname()[1])
-        if port not in _GIVEN:
-            _GIVEN.add(port)
-            return port
 
 
 def wait_ready(url: str, process: subprocess.Popen[bytes], timeout: float = READY_TIMEOUT) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +25,7 @@ from service.clock import ManualClock
 from service.db.engine import MIGRATE_LOCK_SUFFIX, create_engine, migrate
 from service.db.tables import metadata
 from service.settings import Settings
+from tests.processes import free_port
 from tests.scratch import admin_execute, redis_keys
 from tests.webhook_helpers import TEST_SECRETS_KEY
 
@@ -145,12 +145,6 @@ def rate_limit_storage(request: pytest.FixtureRequest) -> Iterator[dict[str, str
     _run(redis_keys(REDIS_URL, prefix, delete=True))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 class Client:
     """Sanic's ReusableClient with a smaller surface: each call returns the response only."""
 
@@ -161,7 +155,7 @@ class Client:
         asyncio.set_event_loop(self._loop)
         # A port the kernel says is free: ReusableClient's own pick is random in 5000-65000 and
         # collides with ephemeral ports in use (receivers, client connections, other test runs).
-        self._client = ReusableClient(app, port=_free_port(), loop=self._loop)
+        self._client = ReusableClient(app, port=free_port(), loop=self._loop)
 
     def __enter__(self) -> Client:
         self._client.__enter__()
