@@ -142,10 +142,12 @@ def _driver_results(output: str) -> dict[str, Any]:
 @pytest.fixture
 def served(make_client, monkeypatch, tmp_path: Path) -> Any:
     """The service on a known loopback port (its base URL), a real delivery it signed, and the page."""
-    port = conftest._free_port()
+    port = conftest.free_port()
     # The page's code fetches the vectors from the base URL, so the server takes the port it names
-    # (patched where make_client's Client looks it up).
-    monkeypatch.setitem(make_client.__wrapped__.__globals__, "_free_port", lambda: port)
+    # (patched where make_client's Client looks it up, which must name it so).
+    names = make_client.__wrapped__.__globals__
+    assert "free_port" in names, "make_client's Client no longer picks its port with free_port"
+    monkeypatch.setitem(names, "free_port", lambda: port)
     with Receiver() as receiver, make_client(**settings(base_url=f"http://127.0.0.1:{port}")) as client:
         partner = onboard(client, receiver.url())
         other = onboard(client, receiver.url(path="/other"))
