@@ -6,7 +6,9 @@ global figure list, so notebooks show each figure once and tests leak nothing.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from functools import cache
+from typing import Any, cast
 
 import matplotlib
 import matplotlib.dates as mdates
@@ -15,9 +17,12 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
+from matplotlib.font_manager import fontManager
+from matplotlib.ft2font import FT2Font
 from matplotlib.ticker import MaxNLocator
 
 from analytics.waitlist import FREQ
+from service.text import visible
 
 SIZE = (7.0, 4.0)  # inches; fits a notebook column without scrolling
 NONE_LABEL = "(none)"  # a missing key, e.g. no HTTP answer, still needs a readable label
@@ -51,6 +56,8 @@ ELLIPSIS = "…"
 # for a frame without it, measured between periods; periods are labelled by their start, and any
 # other step reads "period starting".
 PERIOD_NAMES = {"D": "day", "W": "week starting", "MS": "month starting"}
+# rcParams' generic font families, each standing for its own list of fonts (``font.<family>``).
+GENERIC_FAMILIES = ("sans-serif", "serif", "monospace", "cursive", "fantasy")
 
 
 def inline_svg() -> None:
@@ -257,8 +264,43 @@ def _barh(ax: Axes, labels: list[str], values: pd.Series) -> None:
 def _text(column: pd.Series) -> list[str]:
     """Labels from data, drawn as written: every axis that shows them turns matplotlib's math
     text off (``parse_math=False``), so a project named ``$5 or $10`` is not set in math italics,
-    and one named ``$\\frac$`` does not stop the chart."""
-    return [NONE_LABEL if pd.isna(value) else str(value) for value in column]
+    and one named ``$\\frac$`` does not stop the chart. What cannot be seen is written as its
+    escape (``_drawable``)."""
+    return [NONE_LABEL if pd.isna(value) else _drawable(str(value)) for value in column]
+
+
+def _drawable(label: str) -> str:
+    """``label`` with each character that hides or reorders text written as its ``\\uXXXX``
+    escape, as the console shows names (``service.text.visible``), and each character no font of
+    the charts' families has a glyph for as its escape too (``\\U0001f680`` for a rocket): drawn,
+    it would be an empty box and a "Glyph missing" warning, and two names differing only there
+    would read alike. The tables beside the charts keep the text as stored."""
+    if label.isascii():
+        return label
+    settings = cast("Mapping[str, Any]", matplotlib.rcParams)  # its stubs take only literal keys
+    families = [
+        name
+        for family in settings["font.family"]
+        for name in (settings[f"font.{family}"] if family in GENERIC_FAMILIES else [family])
+    ]
+    glyphs = _glyphs(tuple(dict.fromkeys(families)))
+    return "".join(
+        char if char.isascii() or ord(char) in glyphs else _escape(char) for char in visible(label)
+    )
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+@cache
+def _glyphs(families: tuple[str, ...]) -> frozenset[int]:
+    """The characters some installed font of ``families`` draws (rcParams' ``font.family``, each
+    generic family standing for its list): matplotlib falls back from one font to the next."""
+    files = {font.name: font.fname for font in fontManager.ttflist}
+    fonts = [FT2Font(files[name]) for name in families if name in files]
+    return frozenset(code for font in fonts for code in font.get_charmap())
 
 
 def _short(label: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from io import BytesIO
 
@@ -145,6 +146,24 @@ def test_labels_from_data_are_drawn_as_written() -> None:
         ("$x$ or $\\frac$", False)
     ]
     assert render_png(fig).startswith(b"\x89PNG")
+
+
+def test_what_the_charts_font_cannot_draw_or_hides_is_drawn_as_its_escape() -> None:
+    """A rocket or a CJK name has no glyph in DejaVu Sans: drawn, it was an empty box and a "Glyph
+    missing" warning. It is written as its escape instead, as a zero-width space or a mark that
+    reorders text is (the console shows names so); letters the font has stay as typed."""
+    names = ["\U0001f680 Moon", "\u65e5\u672c", "Moon\u200bfrog", "Caf\u00e9", "a\u202eb"]
+    with matplotlib.rc_context({"font.family": ["DejaVu Sans"]}), warnings.catch_warnings():
+        warnings.simplefilter("error")  # a "Glyph ... missing" warning fails the test
+        fig = charts.top_projects_chart(pd.DataFrame({"project": names, "count": [5, 4, 3, 2, 1]}))
+        assert render_png(fig).startswith(b"\x89PNG")
+    assert ticks(only_axes(fig).get_yticklabels()) == [
+        "\\U0001f680 Moon",
+        "\\u65e5\\u672c",
+        "Moon\\u200bfrog",
+        "Caf\u00e9",
+        "a\\u202eb",
+    ]
 
 
 def test_message_length_chart() -> None:
