@@ -11,6 +11,7 @@ import pytest
 
 from service.clock import ManualClock as Clock
 from service.demo import scenario
+from service.demo.driver import demo_settings
 from service.demo.receivers import Endpoint, Received, Receiver, Reply, Stopwatch
 from service.settings import Settings
 from service.webhooks import signing, wiring
@@ -109,6 +110,22 @@ def test_an_endpoint_tells_the_stopwatch_what_its_answer_takes(delay: float, hel
     again = Stopwatch(timeout=0.3)
     Endpoint(spec, seed=1, secret=SECRET, stopwatch=again)(signed(START))
     assert again() == stopwatch()  # the transit is seeded by what the attempt carries
+
+
+@pytest.mark.parametrize(("delay", "held"), [(0.0, 0.0), (0.2, 0.0), (0.6, scenario.REAL_HOLD), (5.0, 5.0)])
+def test_an_answer_designed_to_miss_the_timeout_is_held_past_the_workers_real_one(
+    delay: float, held: float
+) -> None:
+    """The demo's worker really waits REAL_TIMEOUT, so a loaded machine has that long to carry an
+    answer designed to come in time (sent at once); one designed to miss the designed timeout is
+    held REAL_HOLD, past the real one, and the stopwatch still reads the designed timeout."""
+    assert scenario.WEBHOOK_TIMEOUT < scenario.REAL_TIMEOUT < scenario.REAL_HOLD
+    assert demo_settings("sqlite:///demo.db").webhook_timeout == scenario.REAL_TIMEOUT
+    spec = scenario.PartnerSpec("Delayed", None, answers=((1.0, scenario.Answer(delay=delay)),))
+    stopwatch = Stopwatch(timeout=scenario.WEBHOOK_TIMEOUT, hold=scenario.REAL_HOLD)
+    reply = Endpoint(spec, seed=1, secret=SECRET, stopwatch=stopwatch)(signed(START))
+    assert reply.delay == held
+    assert stopwatch() <= scenario.WEBHOOK_TIMEOUT
 
 
 async def test_the_sender_reads_attempt_durations_from_its_timer() -> None:

@@ -30,6 +30,8 @@ Attempt durations, too, are read from a timer the generator moves (``receivers.S
 is what the partner's answer is designed to take (at once, ``PROMPT_REPLY`` or ``SLOW_REPLY``
 seconds, or cut off at ``WEBHOOK_TIMEOUT``) plus a seeded few milliseconds of ``TRANSIT``. The
 receivers answer at once, except where an answer must miss the timeout: that one they hold back
-past it in real time, so the worker's timeout really fires. A loaded machine, which would add its
-own delay to a real reading (and could push a slow answer past the timeout), changes nothing.
+in real time past the worker's own timeout (``REAL_TIMEOUT``, 1 s), so that timeout really fires.
+A loaded machine, which would add its own delay to a real reading (and could push a slow answer
+past the designed timeout), changes nothing unless it holds an answer back longer than
+``REAL_TIMEOUT``.
 """

@@ -253,7 +253,7 @@ def demo_settings(database_url: str) -> Settings:
         # One client posts everything, so the per-client limit would refuse most of it.
         waitlist_rate_limit="1000000/minute",
         webhook_retry_schedule=scenario.RETRY_SCHEDULE,
-        webhook_timeout=scenario.WEBHOOK_TIMEOUT,
+        webhook_timeout=scenario.REAL_TIMEOUT,  # the designed one is the stopwatch's
         webhook_allow_private_urls=True,  # the partners' endpoints are on loopback
     )
 
@@ -270,7 +270,7 @@ async def generate(
         raise FileExistsError(path)
     plan = scenario.plan(seed, registrations, events)
     clock = ManualClock(scenario.START)
-    stopwatch = Stopwatch(timeout=scenario.WEBHOOK_TIMEOUT)
+    stopwatch = Stopwatch(timeout=scenario.WEBHOOK_TIMEOUT, hold=scenario.REAL_HOLD)
     endpoints = {spec.name: Endpoint(spec, seed, stopwatch=stopwatch) for spec in scenario.PARTNERS}
     async with contextlib.AsyncExitStack() as stack:
         receivers = {name: Receiver(clock, endpoint) for name, endpoint in endpoints.items()}

@@ -130,8 +130,11 @@ class Stopwatch:
     demo worker sends one attempt at a time, so each reading spans one attempt only.
     """
 
-    def __init__(self, timeout: float) -> None:
+    def __init__(self, timeout: float, hold: float | None = None) -> None:
         self.timeout = timeout
+        # How long an answer designed to miss the timeout is really held: past the worker's own
+        # timeout (scenario.REAL_HOLD). None: its designed delay.
+        self.hold = hold
         self.reading = 0.0
 
     def __call__(self) -> float:
@@ -173,5 +176,8 @@ class Endpoint:
         delay = answer.delay
         if self.stopwatch is not None:
             self.stopwatch.advance(delay + draws.uniform(*TRANSIT))
-            delay = delay if delay >= self.stopwatch.timeout else 0.0
+            if delay < self.stopwatch.timeout:
+                delay = 0.0
+            elif self.stopwatch.hold is not None:
+                delay = max(delay, self.stopwatch.hold)
         return Reply(answer.status, answer.body, dict(answer.headers), delay)
