@@ -369,24 +369,27 @@ class Settings(BaseSettings):
             raise ValueError(f"SERVICE_DATABASE_URL's port {port} is not between 1 and 65535")
         if url.host and "@" in url.host:  # the rest of a password with an @ left unescaped
             raise ValueError("SERVICE_DATABASE_URL: an @ in the user name or password is written %40")
+        # postgres:// is PostgreSQL too (the engine reads it so); SQLAlchemy names its backend
+        # "postgres", and a check keyed on "postgresql" alone let such a URL through unchecked.
+        backend = "postgresql" if url.get_backend_name() == "postgres" else url.get_backend_name()
         unknown = sorted(set(url.query) - set(POSTGRES_QUERY))
-        if url.get_backend_name() == "postgresql" and unknown:
+        if backend == "postgresql" and unknown:
             raise ValueError(
                 f"SERVICE_DATABASE_URL: unknown query parameter {', '.join(unknown)} "
                 f"(accepted: {', '.join(POSTGRES_QUERY)})"
             )
         for name, choices in POSTGRES_CHOICES.items():
-            given = url.query.get(name) if url.get_backend_name() == "postgresql" else None
+            given = url.query.get(name) if backend == "postgresql" else None
             if given is not None and given not in choices:
                 raise ValueError(f"SERVICE_DATABASE_URL: {name} must be one of {', '.join(choices)}")
-        if url.get_backend_name() == "sqlite" and (url.host or url.port or url.username or url.password):
+        if backend == "sqlite" and (url.host or url.port or url.username or url.password):
             raise ValueError(
                 "SERVICE_DATABASE_URL: a SQLite URL names a file, sqlite:///relative/path.db or "
                 "sqlite:////absolute/path.db"
             )
-        if url.get_backend_name() == "postgresql" and not url.database:
+        if backend == "postgresql" and not url.database:
             raise ValueError("SERVICE_DATABASE_URL names no database (postgresql://USER@HOST:PORT/DB)")
-        if url.get_backend_name() == "sqlite" and (fault := _sqlite_fault(url)) is not None:
+        if backend == "sqlite" and (fault := _sqlite_fault(url)) is not None:
             raise ValueError(f"SERVICE_DATABASE_URL: {fault}")
         return value
 

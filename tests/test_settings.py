@@ -171,6 +171,24 @@ def test_a_sqlite_url_no_connection_could_use_stops_the_start(url, reason):
     assert reason in str(caught.value)
 
 
+@pytest.mark.parametrize("scheme", ["postgresql", "postgres", "postgresql+asyncpg"])
+@pytest.mark.parametrize(
+    ("rest", "reason"),
+    [
+        ("u@db.example/app?sslmode=bogus", "sslmode must be one of disable, allow, prefer"),
+        ("u@db.example/app?application_name=x", "unknown query parameter application_name"),
+        ("u@db.example", "names no database"),
+    ],
+)
+def test_a_postgresql_url_is_checked_whichever_scheme_names_it(scheme, rest, reason):
+    """postgres:// is taken for PostgreSQL, as hosting providers write it; its query and its
+    database were not checked, so a mistyped sslmode started and failed every connection."""
+    with pytest.raises(ValidationError) as caught:
+        Settings(database_url=f"{scheme}://{rest}")
+    assert reason in str(caught.value)
+    assert Settings(database_url=f"{scheme}://u@db.example/app?sslmode=require").database_url
+
+
 @pytest.mark.parametrize(
     "url",
     [
