@@ -51,6 +51,7 @@ from service.handlers import error_response
 from service.health import failing_parts
 from service.metrics import CONTENT_TYPE, Metrics
 from service.params import query_pairs, refuse_unknown
+from service.paths import unescape_unreserved
 from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
 from service.waitlist import client_address
@@ -181,13 +182,17 @@ def guard(
     owners = dict(elsewhere or {})
 
     async def unrouted(request: Request, exception: SanicException) -> HTTPResponse:
-        if is_admin_path(request.path):
+        # Whose answer this is goes by the path as RFC 3986 compares it: ``/%61dmin/x`` is
+        # ``/admin/x``, and must not be respelled to it (a 308 for a route, 404 for none) before
+        # the token is asked for.
+        path = unescape_unreserved(request.path)
+        if is_admin_path(path):
             try:
                 await check_token(request)
             except SanicException as refused:  # 404 (no token configured), 401, 429, 503
                 return error_response(request, refused)
         for prefix, answer in owners.items():
-            if is_under(request.path, prefix):
+            if is_under(path, prefix):
                 return await answer(request, exception)
         if otherwise is not None:
             return await otherwise(request, exception)

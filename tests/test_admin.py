@@ -27,6 +27,13 @@ PROBES = [
     ("OPTIONS", "/admin/partners"),
     ("HEAD", "/admin/metrics"),
     ("TRACE", "/admin/metrics"),
+    # The same paths spelled with escapes of unreserved characters (RFC 3986 6.2.2.2), which the
+    # documents' respelling would otherwise answer with a 308 to a route and a 404 to none.
+    ("GET", "/%61dmin/waitlist"),
+    ("GET", "/%61dmin/nothing"),
+    ("GET", "/adm%69n/partners"),
+    ("HEAD", "/%61dmin/metrics"),
+    ("DELETE", "/%61dmin/waitlist"),
 ]
 
 
@@ -83,7 +90,13 @@ def test_every_admin_request_is_404_without_a_configured_token(make_client, meth
 
 @pytest.mark.parametrize(
     ("method", "path", "status"),
-    [("GET", "/admin/nothing", 404), ("PUT", "/admin/waitlist", 405), ("GET", "/administrator", 404)],
+    [
+        ("GET", "/admin/nothing", 404),
+        ("PUT", "/admin/waitlist", 405),
+        ("GET", "/administrator", 404),
+        ("GET", "/%61dmin/waitlist", 308),
+        ("GET", "/%61dmin/nothing", 404),
+    ],
 )
 def test_with_the_token_routing_answers_as_usual(make_client, method, path, status):
     """The token holder sees ordinary routing answers; paths merely starting with "admin" are public."""

@@ -6,8 +6,6 @@ from precomputed bytes and headers. Every route answers GET and HEAD.
 
 from __future__ import annotations
 
-import re
-import string
 from collections.abc import Callable, Coroutine
 from typing import Any
 from urllib.parse import unquote
@@ -22,6 +20,7 @@ from service.discovery.surfaces import API_DOCUMENTS, DOCUMENTS, SITEMAP, url
 from service.errors import NotFound
 from service.handlers import error_response
 from service.partner_docs import ROOT as PARTNER_ROOT
+from service.paths import unescape_unreserved
 
 Handler = Callable[..., Coroutine[Any, Any, HTTPResponse]]
 READ = ("GET", "HEAD")
@@ -62,22 +61,6 @@ def _moved(path: str) -> Handler:
     return moved
 
 
-_ESCAPE = re.compile(r"%([0-9A-Fa-f]{2})")
-_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")  # RFC 3986 section 2.3
-
-
-def _unescape_unreserved(path: str) -> str:
-    """``path`` with each percent-escape of an unreserved character written as the character
-    (RFC 3986 section 6.2.2.2: ``%2E`` is ``.``, ``%7e`` is ``~``); every other escape is kept as
-    it is, since ``%2F`` is not ``/`` and ``%00`` names nothing."""
-
-    def character(escape: re.Match[str]) -> str:
-        decoded = chr(int(escape[1], 16))
-        return decoded if decoded in _UNRESERVED else escape[0]
-
-    return _ESCAPE.sub(character, path)
-
-
 def _routed(request: Request, path: str) -> bool:
     """Whether routing takes ``path`` for this request's method: a plain path, no ``.`` or ``..``
     segment (which a client would resolve to somewhere else entirely)."""
@@ -96,7 +79,7 @@ async def respelled(request: Request, exception: SanicException) -> HTTPResponse
     kept). Only a path some route takes once unescaped is respelled; anything else, and every
     other escape (``%2F`` is not ``/``), stays the refusal it was."""
     if isinstance(exception, SanicNotFound) and request.method in READ:
-        spelled = _unescape_unreserved(request.path)
+        spelled = unescape_unreserved(request.path)
         if spelled != request.path and _routed(request, spelled):
             query = f"?{request.query_string}" if request.query_string else ""
             return _moved_to(request, spelled + query)
