@@ -40,8 +40,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from service import audit
 from service.bodies import read_no_body
 from service.errors import (
-    BadRequest,
-    FieldError,
     NotFound,
     ServiceUnavailable,
     TooManyRequests,
@@ -50,7 +48,7 @@ from service.errors import (
 from service.handlers import error_response
 from service.health import failing_parts
 from service.metrics import CONTENT_TYPE, Metrics
-from service.params import query_pairs, refuse_unknown
+from service.params import one_each, query_pairs, refuse_unknown
 from service.paths import unescape_unreserved
 from service.ratelimit import client_key
 from service.registrations_ops import Page, RegistrationOperations
@@ -227,12 +225,7 @@ def query_args(request: Request) -> dict[str, str]:
 
     Blank (``name=``) and bare (``name``) parameters are kept: dropped, an unknown or repeated
     name would pass unseen, and ``status=`` would list every status."""
-    args: dict[str, str] = {}
-    for name, value in query_pairs(request.query_string, keep_blank=True):
-        if name in args:
-            raise BadRequest(errors=[FieldError(name, "repeated", "This parameter appears more than once.")])
-        args[name] = value
-    return args
+    return one_each(query_pairs(request.query_string, keep_blank=True))
 
 
 def _registrations(request: Request) -> RegistrationOperations:

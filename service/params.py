@@ -6,7 +6,7 @@ things with the same field errors (``InvalidInput``), and an unknown parameter i
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from urllib.parse import parse_qsl
 
 from service.exceptions import FieldError, InvalidInput, invalid
@@ -32,6 +32,18 @@ def query_pairs(query_string: str, *, keep_blank: bool) -> list[tuple[str, str]]
     if refused:
         raise InvalidInput(errors=refused)
     return pairs
+
+
+def one_each(pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """``pairs`` as one value per name; a name given twice is ``repeated`` (``InvalidInput``),
+    never guessed at."""
+    args: dict[str, str] = {}
+    for name, value in pairs:
+        if name in args:
+            message = "This parameter appears more than once."
+            raise InvalidInput(errors=[FieldError(name, "repeated", message)])
+        args[name] = value
+    return args
 
 
 def refuse_unknown(args: Mapping[str, object], known: Collection[str]) -> None:

@@ -321,3 +321,45 @@ def test_the_partner_forms_event_checkboxes_may_repeat(make_client: Any) -> None
         assert response.status_code == 303, response.text
         [partner] = _partners(client)
     assert partner["events"] == ["room.claimed", "room.trending"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [b"caf%E9", b"caf\xe9", b"%ED%A0%80"],  # Latin-1 escaped, a raw Latin-1 byte, a surrogate's UTF-8
+)
+def test_a_urlencoded_field_that_is_not_utf8_is_refused_not_replaced(make_client: Any, name: bytes) -> None:
+    """Read strictly, as the admin API reads a body: 400 naming the field, no partner stored with
+    U+FFFD in its name, and never the forgery page for a form that carried its CSRF token."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, csrf = _signed_in(client)
+        body = b"name=" + name + b"&url=http%3A%2F%2F127.0.0.1%3A9%2Fhook&csrf=" + csrf.encode()
+        headers = {**ORIGIN, "content-type": "application/x-www-form-urlencoded"}
+        response = client.post("/console/partners", content=body, headers=headers, cookies=cookies)
+        listed = _partners(client)
+    page = _html(response)
+    assert response.status_code == 400
+    assert "<code>name</code>" in page
+    assert "not valid UTF-8" in page
+    assert listed == []
+
+
+def test_a_form_not_utf8_from_another_origin_is_still_forbidden(make_client: Any) -> None:
+    """The origin is judged before the form is read: a forgery learns nothing from its encoding."""
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        cookies, csrf = _signed_in(client)
+        body = b"name=caf%E9&url=x&csrf=" + csrf.encode()
+        headers = {"origin": "https://elsewhere.example", "content-type": "application/x-www-form-urlencoded"}
+        response = client.post("/console/partners", content=body, headers=headers, cookies=cookies)
+    assert response.status_code == 403
+
+
+@pytest.mark.parametrize(
+    "path", ["/console/waitlist?intent=claim&intent=member", "/console/deliveries?status=failed&status=pending"]
+)
+def test_a_filter_given_twice_is_refused_on_the_page(make_client: Any, path: str) -> None:
+    """Which of two filters to apply is never guessed (as on the admin API): 400 naming it."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies, _ = _signed_in(client)
+        response = client.get(path, cookies=cookies)
+    assert response.status_code == 400
+    assert "This parameter appears more than once." in _html(response)

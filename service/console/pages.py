@@ -19,6 +19,7 @@ from urllib.parse import urlencode, urlsplit
 from jinja2 import Environment, PackageLoader
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.exceptions import MethodNotAllowed, SanicException
+from sanic.headers import parse_content_header
 from sanic.response import html, redirect
 
 from service import audit
@@ -26,6 +27,7 @@ from service.admin import FailedAttempts, Unrouted
 from service.clock import Clock, format_timestamp
 from service.console import charts
 from service.console.session import (
+    CSRF_FIELD,
     PATH,
     EndedSessions,
     Session,
@@ -37,7 +39,7 @@ from service.console.session import (
 from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
 from service.handlers import assess
-from service.params import query_pairs
+from service.params import one_each, query_pairs
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
@@ -167,17 +169,37 @@ class Console:
 
 
 def query(request: Request) -> dict[str, str]:
-    """The query string, one value per name; empty values (a form's blank filter) are left out."""
-    args: dict[str, str] = {}
-    for name, value in query_pairs(request.query_string, keep_blank=False):
-        args.setdefault(name, value)
-    return args
+    """The query string, one value per name; empty values (a form's blank filter) are left out. A
+    name given twice, or not UTF-8, is ``InvalidInput``, as on the admin API: never guessed at."""
+    return one_each(query_pairs(request.query_string, keep_blank=False))
+
+
+URLENCODED = "application/x-www-form-urlencoded"
+
+
+def posted(request: Request) -> Mapping[str, list[str]]:
+    """Every value of each field of the posted form, blank ones left out. A urlencoded body (what
+    every console form sends) is decoded strictly: a field that is not UTF-8 is
+    ``invalid_encoding`` naming it (``InvalidInput``), where Sanic's own reading would store U+FFFD
+    in its place, or lose the whole form (its CSRF token too) to one raw byte."""
+    cached: Mapping[str, list[str]] | None = getattr(request.ctx, "console_form", None)
+    if cached is not None:
+        return cached
+    content_type, _ = parse_content_header(request.headers.get("content-type", ""))
+    if content_type == URLENCODED:
+        fields: dict[str, list[str]] = {}
+        # Latin-1 maps each byte to one character; query_pairs decodes each field's bytes itself.
+        for name, value in query_pairs(request.body.decode("latin-1"), keep_blank=False):
+            fields.setdefault(name, []).append(value)
+    else:  # no console form sends another type; what Sanic reads of one is all it carries
+        fields = dict(request.form or {})
+    request.ctx.console_form = fields
+    return fields
 
 
 def form(request: Request) -> dict[str, str]:
     """The posted form, one value per name (the CSRF token left out)."""
-    fields: Mapping[str, list[str]] = request.form or {}
-    return {name: values[0] for name, values in fields.items() if name != "csrf" and values}
+    return {name: values[0] for name, values in posted(request).items() if name != "csrf" and values}
 
 
 def link(path: str, args: Mapping[str, str | None]) -> str:
@@ -228,16 +250,26 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         return None
     if _too_large(request):
         return too_large(console, request)
-    if not (same_origin(request, console.settings.base_url) and csrf_matches(request, session)):
+    if not same_origin(request, console.settings.base_url):
+        return forbidden(console, request)
+    try:
+        fields = posted(request)
+    except InvalidInput as error:  # the form is ours but its bytes are not text: say so, not "forged"
+        return console.refused(request, error, back=PATH)
+    if not csrf_matches(next(iter(fields.get(CSRF_FIELD, ())), None), session):
         return forbidden(console, request)
     return given_twice(console, request, back=PATH)
 
 
 def given_twice(console: Console, request: Request, *, back: str) -> HTTPResponse | None:
-    """The 400 page naming each field the form gives more than once (but ``LISTS``), else None: as
+    """The 400 page naming each field the form gives more than once (but ``LISTS``), or that is not
+    UTF-8, else None: as
     the admin API refuses a member given twice, the console never guesses between two values. The
     sign-in form, which the guard lets through without a session, asks for this itself."""
-    fields: Mapping[str, list[str]] = request.form or {}
+    try:
+        fields = posted(request)
+    except InvalidInput as unreadable:
+        return console.refused(request, unreadable, back=back)
     repeated = [name for name, values in fields.items() if len(values) > 1 and name not in LISTS]
     if not repeated:
         return None

@@ -12,7 +12,7 @@ from typing import Any
 from sanic import Blueprint, HTTPResponse, Request
 
 from service.console import charts
-from service.console.pages import Console, form
+from service.console.pages import Console, form, posted
 from service.console.session import PATH
 from service.events import EVENT_MODELS
 from service.exceptions import DomainError, InvalidInput, UnknownResource
@@ -33,7 +33,7 @@ def _number(value: str | None) -> int | str | None:
 
 def _partner_body(request: Request, *, change: bool) -> dict[str, Any]:
     fields = form(request)
-    kinds = list(request.form.getlist("events") or []) if request.form else []
+    kinds = list(posted(request).get("events", []))
     body: dict[str, Any] = {"name": fields.get("name", ""), "url": fields.get("url", "")}
     if change or kinds:
         body["events"] = kinds or None

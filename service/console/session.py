@@ -191,8 +191,8 @@ def same_origin(request: Request, base_url: str) -> bool:
     return expected is not None and isinstance(origin, str) and origin_of(origin) == expected
 
 
-def csrf_matches(request: Request, session: Session) -> bool:
-    given = request.form.get(CSRF_FIELD) if request.form else None
+def csrf_matches(given: str | None, session: Session) -> bool:
+    """Whether ``given`` (the form's first ``csrf`` field) is the session's token."""
     return isinstance(given, str) and tokens_match(given, session.csrf)
 
 
