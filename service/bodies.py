@@ -41,8 +41,12 @@ def media_type(request: Request) -> tuple[str, dict[str, str]]:
     return kind.strip().lower(), params
 
 
+class _NotJson(ValueError):
+    """``NaN``, ``Infinity`` or ``-Infinity``, which Python's decoder reads and JSON has not."""
+
+
 def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
+    raise _NotJson(f"{name} is not JSON")
 
 
 class _Repeated(Exception):
@@ -80,6 +84,11 @@ def _marking_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 # Built once: json.loads with hooks would construct a new decoder on every call.
+# Valid JSON that Python will not read: an integer of more digits than ``sys.get_int_max_str_digits``
+# allows (4,300), or arrays and objects nested deeper than the interpreter's recursion limit.
+UNREADABLE_JSON = (
+    "The body is JSON this service does not read: a number of too many digits, or nesting too deep."
+)
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_reject_constant)
 _MARKING = json.JSONDecoder(object_pairs_hook=_marking_members, parse_constant=_reject_constant)
 
@@ -114,8 +123,10 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         field = _repeated_path(text, str(repeated.args[0]))
         message = "This member appears more than once."
         raise BadRequest(errors=[FieldError(field, "repeated", message)]) from None
-    except (ValueError, RecursionError):
+    except (json.JSONDecodeError, _NotJson):
         raise _body_error("invalid_json", "The body is not valid JSON.") from None
+    except (ValueError, RecursionError):  # Python's bound on an integer's digits, or on nesting
+        raise _body_error("invalid_json", UNREADABLE_JSON) from None
     if not isinstance(document, dict):
         raise _body_error("invalid_type", "The body must be a JSON object.")
     return document

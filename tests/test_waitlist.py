@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from service.bodies import charset_named
+from service.bodies import UNREADABLE_JSON, charset_named
 from service.db.engine import create_engine
 from service.db.tables import registrations
 from service.waitlist import ACCEPTED
@@ -136,6 +136,9 @@ RAW_BODIES = [
     (b"null", JSON_TYPE, field("body", "invalid_type", "The body must be a JSON object.")),
     (b"{", JSON_TYPE, field("body", "invalid_json", "The body is not valid JSON.")),
     (b'{"email": NaN}', JSON_TYPE, field("body", "invalid_json", "The body is not valid JSON.")),
+    # Valid JSON that Python will not read: said so, not called invalid.
+    (b'{"email": ' + b"9" * 5000 + b', "intent": "claim"}', JSON_TYPE, field("body", "invalid_json", UNREADABLE_JSON)),
+    (b'{"email": ' + b"[" * 30000 + b"]" * 30000 + b"}", JSON_TYPE, field("body", "invalid_json", UNREADABLE_JSON)),
     (b'{"email": "\xff@example.com", "intent": "claim"}', JSON_TYPE, field("body", "invalid_encoding", "The body is not valid UTF-8.")),
     (b"", JSON_TYPE, field("body", "empty", "A request body is required.")),
     (b"  ", FORM, field("body", "empty", "A request body is required.")),
