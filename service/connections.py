@@ -49,7 +49,7 @@ from sanic.http import Stage
 from sanic.server.protocols.http_protocol import HttpProtocol
 
 from service.errors import PayloadTooLarge
-from service.framing import framing_fault, host_fault
+from service.framing import framing_fault, host_fault, unfinished_fault
 
 log = logging.getLogger(__name__)
 
@@ -173,6 +173,21 @@ class GuardedProtocol(HttpProtocol):
         if self._began is None and data:
             self._began, self._headers_in = self.heard_at, False
         super().data_received(data)
+        if not self._headers_in and self._began is not None:
+            self._end_doomed_head()
+
+    def _end_doomed_head(self) -> None:
+        """A head still arriving that framing must refuse once whole (``unfinished_fault``) is
+        given the blank line its client never sends: Sanic reads it at once and it is refused
+        with 400 (``GuardedRequest``), as every refused head is, instead of waiting out
+        ``HEADERS_WITHIN`` to be closed without an answer."""
+        buffer = self.recv_buffer  # Sanic's own buffer, which its reader looks at next
+        if b"\r\n\r\n" in buffer:
+            return  # whole: Sanic reads it now, and framing checks it then
+        fault = unfinished_fault(bytes(buffer))
+        if fault is not None:
+            log.debug("request framing refused before the head ended: %s", fault)
+            buffer.extend(b"\r\n\r\n")
 
     def connection_lost(self, exc: Exception | None) -> None:
         registry: Registry | None = getattr(self.app.ctx, "connections", None)

@@ -68,6 +68,27 @@ def framing_fault(head: bytes) -> str | None:
     return None
 
 
+# What makes a head still arriving (its blank line not yet in) one that ``framing_fault`` must refuse
+# once whole: a first byte no method begins with (a TLS handshake, binary junk), or a CR or LF
+# standing alone (a CR at the very end may yet be followed by its LF).
+_METHOD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_-")
+_BARE = re.compile(rb"\r[^\n]|(?<!\r)\n")
+
+
+def unfinished_fault(received: bytes) -> str | None:
+    """Why a request head that has no blank line yet can never be accepted; None if it still may.
+
+    Sanic waits for the CRLF CRLF that ends a head, and a client that ends its head with bare LFs,
+    or speaks another protocol, never sends one: without this it would wait out its deadline for
+    headers and have its connection closed with no answer. Refused as soon as it is certain, it
+    is answered 400 like every other refused head."""
+    if received and received[0] not in _METHOD_START:
+        return "not an HTTP/1 request line"
+    if _BARE.search(received):
+        return "a bare CR or LF"
+    return None
+
+
 # RFC 3986's host (a registered name of unreserved, sub-delims and %-escapes, or a bracketed IP
 # literal), then an optional port; empty is allowed, for a target with no authority (RFC 9112 3.2).
 _HOST = re.compile(r"(?:\[[0-9A-Za-z:.]+\]|[0-9A-Za-z\-._~%!$&'()*+,;=]*)(?::[0-9]*)?")

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.db.engine import migrate
-from service.framing import framing_fault, host_fault
+from service.framing import framing_fault, host_fault, unfinished_fault
 from tests.processes import free_port, start_server, stop
 
 # A second request after the first: if it is ever answered, it was smuggled.
@@ -351,6 +351,49 @@ def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
 def test_framing_fault(head: bytes, fault: str | None) -> None:
     """The raw head is held to RFC 9110's framing, naming what is wrong."""
     assert framing_fault(head) == fault
+
+
+@pytest.mark.parametrize(
+    ("received", "fault"),
+    [
+        (b"", None),
+        (b"G", None),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r", None),  # its LF may be in the next read
+        (b"GET /healthz HTTP/1.1\r\nHost: x\r\n", None),
+        (b"M-SEARCH * HTTP/1.1\r\n", None),
+        (b"GET /healthz HTTP/1.1\nHost: x\n\n", "a bare CR or LF"),
+        (b"GET /healthz HTTP/1.1\r\nHost: x\rX-Y: z", "a bare CR or LF"),
+        (b"\n", "not an HTTP/1 request line"),
+        (b"\r\nGET / HTTP/1.1", "not an HTTP/1 request line"),
+        (b"get / HTTP/1.1", "not an HTTP/1 request line"),
+        (b"\x16\x03\x01\x02\x00\x01", "not an HTTP/1 request line"),  # a TLS ClientHello
+    ],
+)
+def test_unfinished_fault(received: bytes, fault: str | None) -> None:
+    """A head still arriving is refused as soon as no byte to come could make it acceptable."""
+    assert unfinished_fault(received) == fault
+
+
+@given(st.binary(max_size=64))
+@settings(max_examples=300, deadline=None)
+def test_a_head_refused_unfinished_is_refused_once_whole(received: bytes) -> None:
+    """Nothing refused early would have been accepted had its client ended it properly."""
+    if b"\r\n\r\n" not in received and unfinished_fault(received) is not None:
+        assert framing_fault(received + b"\r\nHost: x") is not None
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"GET /healthz HTTP/1.1\nHost: x\nConnection: close\n\n", id="ended-by-bare-lfs"),
+        pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\nAccept: */*", id="a-bare-lf-midway"),
+        pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", id="tls-client-hello"),
+    ],
+)
+def test_a_head_that_can_never_end_well_is_400_at_once(port: int, raw: bytes) -> None:
+    """Refused when it arrives, not closed without an answer at the deadline for headers (10 s;
+    ``exchange`` gives up after 5)."""
+    assert refused(exchange(port, raw))
 
 
 @pytest.mark.parametrize(
