@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import make_url
 
 from service.db.engine import create_engine, migrate
 from service.db.tables import deliveries, delivery_attempts, registrations
-from tests.scratch import admin_execute, redis_keys
+from tests.scratch import migrated_database, redis_keys
 
 # Partner secrets' key for drill servers and workers (32 bytes of 0x04): every process of a drill shares it.
 SECRETS_KEY = "BAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQ="
@@ -50,14 +49,8 @@ def database(kind: str, workdir: Path, server: str | None = None) -> Iterator[st
         return
     if server is None:
         raise ValueError(NO_POSTGRES)
-    name = f"service_drill_{tag}"
-    asyncio.run(admin_execute(server, f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(server).set(database=name).render_as_string(hide_password=False)
-        migrate(url)
+    with migrated_database(server, f"service_drill_{tag}") as url:
         yield url
-    finally:
-        asyncio.run(admin_execute(server, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 def redis_prefix() -> str:
