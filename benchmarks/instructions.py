@@ -187,7 +187,7 @@ async def measure_send(base: str, count: int, concurrency: int, database_url: st
         (new_delivery_id(), encode_payload(parse_event(event(i, "send"), now=_now())).encode())
         for i in range(count + WARM)
     ]
-    sender = wiring.sender(settings, clock=_now, limit=concurrency)  # type: ignore[arg-type]
+    sender = wiring.sender(settings, clock=_now, limit=concurrency, limit_per_host=0)  # type: ignore[arg-type]
     url, secrets = f"{base}/hook", (PLAIN_SECRET,)
 
     async def post(chunk: list[tuple[str, bytes]]) -> None:

@@ -4,6 +4,7 @@ the pool's limit. And the aiohttp internals that relies on, checked against the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 from collections.abc import Callable, Coroutine
@@ -17,7 +18,8 @@ from aiohttp.client_proto import ResponseHandler
 from aiohttp.connector import BaseConnector, TCPConnector
 
 from service.clock import ManualClock
-from service.webhooks import send
+from service.settings import Settings
+from service.webhooks import send, wiring
 from service.webhooks.send import Attempt, Sender
 from tests.pins import exact_pin
 
@@ -220,3 +222,42 @@ def test_aiohttp_is_the_pinned_version_whose_connector_the_pool_overrides() -> N
         f"service.webhooks.send relies on aiohttp {pinned}'s internals; aiohttp {aiohttp.__version__} "
         "is installed. Run tests/test_send_limits.py against it, then move the pin in pyproject.toml."
     )
+
+
+# --- Test deliveries: one hanging partner cannot take the pool -------------------------------------
+
+
+async def _hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """A partner that takes the request and never answers."""
+    with contextlib.suppress(Exception):
+        await reader.read()
+    writer.close()
+
+
+async def _ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+    await writer.drain()
+    writer.close()
+
+
+async def test_test_deliveries_to_a_hanging_partner_leave_others_a_connection() -> None:
+    """More test deliveries to a hanging partner than its share of the pool: a test of another
+    partner still gets a connection at once and its 200, instead of waiting for one past the
+    connect timeout (which aiohttp counts the wait against) and failing as a timeout."""
+    settings = Settings(webhook_allow_private_urls=True, webhook_timeout=30, webhook_connect_timeout=2)
+    hanging = await asyncio.start_server(_hang, "127.0.0.1", 0)
+    healthy = await asyncio.start_server(_ok, "127.0.0.1", 0)
+    stuck = f"http://127.0.0.1:{hanging.sockets[0].getsockname()[1]}/hook"
+    fine = f"http://127.0.0.1:{healthy.sockets[0].getsockname()[1]}/hook"
+    async with hanging, healthy, wiring.sender(settings, clock=ManualClock()) as sender:
+        waiting = [
+            asyncio.ensure_future(post(sender, stuck, f"dlv_h{n}"))
+            for n in range(wiring.TEST_CONNECTIONS_PER_HOST + 2)
+        ]
+        await asyncio.sleep(0)  # the hanging ones take their connections first
+        attempt = await post(sender, fine)
+        for task in waiting:
+            task.cancel()
+        await asyncio.gather(*waiting, return_exceptions=True)
+    assert (attempt.status_code, attempt.error_class) == (200, None)

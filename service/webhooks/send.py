@@ -236,6 +236,7 @@ class Sender:
         clock: Clock,
         resolve: Resolve = system_resolve,
         limit: int = 32,
+        limit_per_host: int = 0,
         connect_timeout: float | None = None,
         excerpt_timeout: float = EXCERPT_SECONDS,
         timer: Timer = time.perf_counter,
@@ -249,6 +250,7 @@ class Sender:
         self._timer = timer  # reads each attempt's duration
         self._resolve = resolve
         self._limit = limit
+        self._limit_per_host = limit_per_host  # 0: none but ``limit``
         self._session: aiohttp.ClientSession | None = None
 
     @property
@@ -258,6 +260,7 @@ class Sender:
     async def open(self) -> None:
         connector = _Pool(
             limit=self._limit,
+            limit_per_host=self._limit_per_host,
             resolver=GuardedResolver(self._resolve, allow_private=self._allow_private),
         )
         self._session = aiohttp.ClientSession(

@@ -26,7 +26,12 @@ from service.webhooks.worker import CONCURRENCY, DEPTH, POLL_INTERVAL, Worker
 
 log = logging.getLogger(__name__)
 
-TEST_SENDER_CONNECTIONS = 4  # test deliveries only; a worker has its own pool
+# Test deliveries' pool (a worker has its own): a partner whose endpoint hangs holds at most
+# TEST_CONNECTIONS_PER_HOST of it for the attempt's timeout, so tests of other partners still find a
+# connection rather than time out waiting for one (aiohttp counts that wait against the connect
+# timeout).
+TEST_SENDER_CONNECTIONS = 32
+TEST_CONNECTIONS_PER_HOST = 4
 
 
 def sender(
@@ -35,10 +40,12 @@ def sender(
     clock: Clock,
     resolve: Resolve = system_resolve,
     limit: int = TEST_SENDER_CONNECTIONS,
+    limit_per_host: int = TEST_CONNECTIONS_PER_HOST,
     timer: Timer = time.perf_counter,
 ) -> Sender:
-    """A sender held to the settings' timeouts and private-address rule, with ``limit`` connections;
-    ``timer`` reads each attempt's duration."""
+    """A sender held to the settings' timeouts and private-address rule, with ``limit`` connections,
+    ``limit_per_host`` of them to one host and port at most (0: no bound but ``limit``); ``timer``
+    reads each attempt's duration."""
     return Sender(
         timeout=settings.webhook_timeout,
         connect_timeout=settings.webhook_connect_timeout,
@@ -46,6 +53,7 @@ def sender(
         clock=clock,
         resolve=resolve,
         limit=limit,
+        limit_per_host=limit_per_host,
         timer=timer,
     )
 
@@ -114,7 +122,10 @@ def worker(
         engine,
         settings=settings,
         clock=clock,
-        sender=sender(settings, clock=clock, resolve=resolve, limit=concurrency, timer=timer),
+        # Each partner's share is its cap, kept by the lanes: the pool bounds only the whole.
+        sender=sender(
+            settings, clock=clock, resolve=resolve, limit=concurrency, limit_per_host=0, timer=timer
+        ),
         keyring=keyring or load_keyring(settings),
         metrics=metrics,
         rng=rng,
