@@ -10,6 +10,8 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import pytest
+
 from service.clock import ManualClock
 from service.webhooks.send import MAX_INFORMATIONAL, Sender, StaleConnection
 from tests.certificates import self_signed
@@ -190,7 +192,7 @@ async def test_an_attempt_tried_again_on_another_connection_keeps_its_one_deadli
     now = [0.0]
     given: list[tuple[float | None, float | None]] = []
 
-    async def spoiled(target, body, headers, timeout):
+    async def spoiled(target, body, headers, timeout, secrets):
         given.append((timeout.total, timeout.connect))
         now[0] += 6.0
         raise StaleConnection("the partner wrote on an idle connection")
@@ -204,3 +206,34 @@ async def test_an_attempt_tried_again_on_another_connection_keeps_its_one_deadli
         )
     assert given == [(15, 5), (9.0, 5), (3.0, 3.0)]
     assert (met.status_code, met.error_class, met.duration_ms) == (None, "timeout", 18_000)
+
+
+SECRET = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODk="  # 32 bytes, base64
+OLDER = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+
+
+@pytest.mark.parametrize(
+    ("answer", "secrets", "kept"),
+    [
+        (f"bad signature, we used {SECRET}", [SECRET, OLDER], "bad signature, we used [secret]"),
+        (f"key={SECRET.removeprefix('whsec_')};", [SECRET], "key=[secret];"),  # without its prefix
+        (f"{'x' * 240}{OLDER}", [SECRET, OLDER], f"{'x' * 240}[secret]"),  # where the cut would halve it
+        ("yes sir", ["s"], "yes sir"),  # a key too short to be a secret is never looked for
+    ],
+)
+async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, secrets: list[str], kept: str) -> None:
+    """The excerpt the attempt log keeps (and listings and the console show) has the partner's
+    signing secrets written as ``[secret]``, whole or without ``whsec_``, before it is cut."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        body = answer.encode()
+        writer.write(b"HTTP/1.1 500 Oops\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    async with server, Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
+        attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=secrets)
+    assert (attempt.status_code, attempt.response_excerpt) == (500, kept)

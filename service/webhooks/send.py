@@ -28,7 +28,7 @@ from service.events import format_occurred_at, new_event_id
 from service.text import readable
 from service.webhooks.outbox import new_delivery_id
 from service.webhooks.retry import Verdict, parse_retry_after, verdict_for
-from service.webhooks.signing import signature_headers
+from service.webhooks.signing import SECRET_PREFIX, signature_headers
 from service.webhooks.ssrf import (
     ForbiddenAddress,
     GuardedResolver,
@@ -313,7 +313,7 @@ class Sender:
             timeout = self._timeout
             for tried in range(1, STALE_TRIES + 1):
                 try:
-                    status, retry_after, excerpt = await self._post(target, body, headers, timeout)
+                    status, retry_after, excerpt = await self._post(target, body, headers, timeout, secrets)
                     break
                 except StaleConnection:  # closed with nothing sent on it: the request goes on another
                     if tried == STALE_TRIES:
@@ -342,7 +342,12 @@ class Sender:
         return aiohttp.ClientTimeout(total=left, connect=min(connect, left) if connect is not None else None)
 
     async def _post(
-        self, target: URL, body: bytes, headers: dict[str, str], timeout: aiohttp.ClientTimeout
+        self,
+        target: URL,
+        body: bytes,
+        headers: dict[str, str],
+        timeout: aiohttp.ClientTimeout,
+        secrets: Sequence[str],
     ) -> tuple[int, float | None, str | None]:
         """One POST, within ``timeout``: the answer's status, its Retry-After in seconds, and its excerpt."""
         assert self._session is not None
@@ -353,15 +358,15 @@ class Sender:
             header = response.headers.get("Retry-After")
             # The clock is read only when there is a header to read it against.
             retry_after = parse_retry_after(header, self._clock()) if header is not None else None
-            return status, retry_after, await _excerpt(response, self._excerpt_timeout)
+            return status, retry_after, await _excerpt(response, self._excerpt_timeout, secrets)
 
     def _ms_since(self, began: float) -> int:
         return round((self._timer() - began) * 1000)
 
 
-async def _excerpt(response: aiohttp.ClientResponse, timeout: float) -> str | None:
-    """The first characters of the answer, as many as came within ``timeout``; the rest is never
-    read into memory."""
+async def _excerpt(response: aiohttp.ClientResponse, timeout: float, secrets: Sequence[str]) -> str | None:
+    """The first characters of the answer, as many as came within ``timeout``, with the partner's
+    own ``secrets`` in it redacted; the rest is never read into memory."""
     data = bytearray()
     content = response.content
     try:
@@ -374,8 +379,27 @@ async def _excerpt(response: aiohttp.ClientResponse, timeout: float) -> str | No
         pass  # the status already arrived; a body cut short does not change what it said
     if not data:
         return None
+    text = data.decode("utf-8", errors="replace")
+    for secret in secrets:  # before the cut: a secret the cut would halve is all read here
+        text = redacted(text, secret)
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
-    return readable(data.decode("utf-8", errors="replace")[:EXCERPT_CHARS])
+    return readable(text[:EXCERPT_CHARS])
+
+
+REDACTED = "[secret]"
+# A key shorter than this is never looked for: redacting every "s" of an answer would hide what it
+# said, and a key so short is no secret. The service issues keys of 44 characters.
+_SHORTEST_REDACTED = 16
+
+
+def redacted(text: str, secret: str) -> str:
+    """``text`` with ``secret`` written as ``[secret]``, whole or without its ``whsec_`` prefix: a
+    partner that echoes its signing secret (in an error page, say) must not have it kept in the
+    attempt log, where listings and the console show it."""
+    key = secret.removeprefix(SECRET_PREFIX)
+    if len(key) < _SHORTEST_REDACTED or key not in text:
+        return text
+    return text.replace(secret, REDACTED).replace(key, REDACTED)
 
 
 async def _read_into(data: bytearray, content: aiohttp.StreamReader) -> None:
