@@ -83,12 +83,12 @@ def _marking_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return document if len(document) == len(pairs) else _RepeatedHere(_first_repeated(pairs))
 
 
-# Built once: json.loads with hooks would construct a new decoder on every call.
 # Valid JSON that Python will not read: an integer of more digits than ``sys.get_int_max_str_digits``
 # allows (4,300), or arrays and objects nested deeper than the interpreter's recursion limit.
 UNREADABLE_JSON = (
     "The body is JSON this service does not read: a number of too many digits, or nesting too deep."
 )
+# Built once: json.loads with hooks would construct a new decoder on every call.
 _DECODER = json.JSONDecoder(object_pairs_hook=_unique_members, parse_constant=_reject_constant)
 _MARKING = json.JSONDecoder(object_pairs_hook=_marking_members, parse_constant=_reject_constant)
 

@@ -199,7 +199,7 @@ def posted(request: Request) -> Mapping[str, list[str]]:
 
 def form(request: Request) -> dict[str, str]:
     """The posted form, one value per name (the CSRF token left out)."""
-    return {name: values[0] for name, values in posted(request).items() if name != "csrf" and values}
+    return {name: values[0] for name, values in posted(request).items() if name != CSRF_FIELD and values}
 
 
 def link(path: str, args: Mapping[str, str | None]) -> str:
@@ -263,9 +263,9 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
 
 def given_twice(console: Console, request: Request, *, back: str) -> HTTPResponse | None:
     """The 400 page naming each field the form gives more than once (but ``LISTS``), or that is not
-    UTF-8, else None: as
-    the admin API refuses a member given twice, the console never guesses between two values. The
-    sign-in form, which the guard lets through without a session, asks for this itself."""
+    UTF-8, else None: as the admin API refuses a member given twice, the console never guesses
+    between two values. The sign-in form, which the guard lets through without a session, asks for
+    this itself."""
     try:
         fields = posted(request)
     except InvalidInput as unreadable:
