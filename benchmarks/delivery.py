@@ -15,11 +15,18 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
     python -m benchmarks.delivery [--events 5000] [--concurrency 32] [--samples 200] [--rounds 3]
                                   [--database-url postgresql://user@host/db]
                                   [--isolation EVENTS [--isolation-rounds 3] [--isolation-control]]
+    python -m benchmarks.delivery --coalition EVENTS [--coalition-partners 4] [--coalition-cap 128]
 
 ``--isolation`` publishes a burst of EVENTS to a healthy partner beside K = 0, 1 and 10 partners
 that never answer, in rounds side by side; the target: beside them, at least 0.9 of its rate and
 p99 alone. ``--isolation-control`` adds to each round the ten partners paused instead: their rows
 are in the table, none is sent, which tells the hanging's cost apart from the larger table's.
+
+With ``--coalition EVENTS`` it measures partners hanging together instead: ``--coalition-partners``
+(4) partners at cap ``--coalition-cap`` (128) that never answer take the worker's senders (its
+default concurrency); then a healthy partner (the default cap) is onboarded and a burst of EVENTS is
+published to everyone. The healthy partner's rate and p99 against the same steps with no hanging
+partner, alternating for ``--rounds``; the target: at least 0.9 of both.
 
 With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
 events stored for one partner, drained by the worker, first with the partner unbatched (one POST
@@ -113,9 +120,18 @@ def serve_receiver(port: int) -> None:
             arrivals[one["eventId"]] = now
         return web.Response(text="ok")
 
+    hanging = [0]
+
     async def hang(request: web.Request) -> web.Response:
-        await asyncio.sleep(3600)  # a partner that takes the request and never answers
+        hanging[0] += 1
+        try:
+            await asyncio.sleep(3600)  # a partner that takes the request and never answers
+        finally:
+            hanging[0] -= 1
         return web.Response(text="late")
+
+    async def hung(request: web.Request) -> web.Response:
+        return web.json_response({"hanging": hanging[0]})
 
     async def stats(request: web.Request) -> web.Response:
         return web.json_response({"count": len(arrivals)})
@@ -139,6 +155,7 @@ def serve_receiver(port: int) -> None:
     app.router.add_post("/hook/{n}", hook)
     app.router.add_post("/hang/{n}", hang)
     app.router.add_get("/stats", stats)
+    app.router.add_get("/hanging", hung)
     app.router.add_get("/posts", posted)
     app.router.add_get("/times", times)
     app.router.add_post("/reset", reset)
@@ -395,18 +412,115 @@ async def beside_hanging(
         published = time.time()
         await worker.start()
         try:
-            deadline = time.monotonic() + 60
-            while (await _aget(session, f"{base}/stats")) != {"count": events}:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"the healthy partner did not get all {events} events in 60 s")
-                await asyncio.sleep(0.005)
-            arrivals = await _aget(session, f"{base}/times")
+            arrivals = await _all_arrived(session, base, events)
         finally:
             await worker.stop(grace=0)
             await engine.dispose()  # type: ignore[attr-defined]
+    return _beside(hanging, published, arrivals)
+
+
+async def _all_arrived(session: aiohttp.ClientSession, base: str, events: int) -> dict[str, float]:
+    """When each of the healthy partner's ``events`` arrived, once all have (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while (await _aget(session, f"{base}/stats")) != {"count": events}:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the healthy partner did not get all {events} events in 60 s")
+        await asyncio.sleep(0.005)
+    arrivals = await _aget(session, f"{base}/times")
     assert isinstance(arrivals, dict)
+    return arrivals
+
+
+def _beside(hanging: int, published: float, arrivals: dict[str, float]) -> Beside:
+    """The healthy partner's rate from ``published`` to its last arrival, and its p99."""
     delays = sorted((arrived - published) * 1000 for arrived in arrivals.values())
-    return Beside(hanging, events / (max(arrivals.values()) - published), _percentile(delays, 0.99))
+    return Beside(hanging, len(arrivals) / (max(arrivals.values()) - published), _percentile(delays, 0.99))
+
+
+# --- 4b. one healthy partner arriving while partners hanging together hold the senders ----------
+
+
+async def beside_coalition(database_url: str, base: str, hanging: int, cap: int, events: int) -> Beside:
+    """``hanging`` partners at cap ``cap`` that never answer take the worker's senders (as many as
+    they may: before shares, every one once their caps passed the worker's concurrency); then a
+    healthy partner is onboarded (the default cap) and a burst of ``events`` is published to
+    everyone. The healthy partner's view, as ``beside_hanging``'s; 0 hanging: it alone."""
+    from service.db import tables
+    from service.keyring import parse_keys
+    from service.webhooks import partners
+    from service.webhooks.worker import CONCURRENCY, most_slots
+
+    engine, settings = await setup(database_url, base)
+    keyring = parse_keys(BENCH_SECRETS_KEY)
+    async with engine.begin() as conn:  # type: ignore[attr-defined]
+        await conn.execute(tables.partner_secrets.delete())  # the healthy partner comes later
+        await conn.execute(tables.partners.delete())
+        for n in range(hanging):
+            url = f"{base}/hang/{n}"
+            new = partners.NewPartner(name=f"hanging {n}", url=url, events=None, max_in_flight=cap)
+            await partners.create_partner(conn, new, now=_now(), keyring=keyring)
+    worker = _worker(engine, settings)
+    async with aiohttp.ClientSession() as session:
+        await session.post(f"{base}/reset")
+        await worker.start()
+        try:
+            if hanging:
+                await backlog(engine, cap, prefix=f"fill{hanging}", chunk=cap)
+                worker.wake.set()
+                # What every version of the worker lets them hold: then a little longer, for one
+                # that lets them take more to do so.
+                held = min(hanging * cap, most_slots(CONCURRENCY))
+                deadline = time.monotonic() + 30
+                while (await _hanging(session, base)) < held:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"the hanging partners did not take {held} senders in 30 s")
+                    await asyncio.sleep(0.01)
+                await asyncio.sleep(0.5)
+            async with engine.begin() as conn:  # type: ignore[attr-defined]
+                new = partners.NewPartner(name="healthy", url=f"{base}/hook", events=None)
+                await partners.create_partner(conn, new, now=_now(), keyring=keyring)
+            await backlog(engine, events, prefix=f"coal{hanging}", chunk=events)
+            published = time.time()
+            worker.wake.set()
+            arrivals = await _all_arrived(session, base, events)
+        finally:
+            await worker.stop(grace=0)
+            await engine.dispose()  # type: ignore[attr-defined]
+    return _beside(hanging, published, arrivals)
+
+
+async def _hanging(session: aiohttp.ClientSession, base: str) -> int:
+    found = await _aget(session, f"{base}/hanging")
+    assert isinstance(found, dict)
+    return int(found["hanging"])
+
+
+async def run_coalition(args: argparse.Namespace, base: str, database_url: str) -> int:
+    """Rounds of the healthy partner alone and beside the coalition, side by side; the best of each."""
+    k, cap = args.coalition_partners, args.coalition_cap
+    runs = []
+    for _ in range(args.rounds):
+        for hanging in (0, k):
+            runs.append(await beside_coalition(database_url, base, hanging, cap, args.coalition))
+    backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    print(f"coalition: {k} partners at cap {cap} that never answer hold the worker's senders (its "
+          f"default concurrency); then a healthy partner (the default cap) is onboarded and "
+          f"{args.coalition} events are published in a burst; {backend}, {args.rounds} rounds (alone "
+          "and beside alternate)")  # fmt: skip
+    for number, r in enumerate(runs):
+        name = "alone " if not r.hanging else f"beside {r.hanging}"
+        print(f"  round {number // 2 + 1} {name}: {r.rate:7.0f} deliveries/s, p99 {r.p99_ms:8.1f} ms")
+    alone = [r for r in runs if not r.hanging]
+    beside = [r for r in runs if r.hanging]
+    best_alone, best_beside = max(r.rate for r in alone), max(r.rate for r in beside)
+    p99_alone, p99_beside = min(r.p99_ms for r in alone), min(r.p99_ms for r in beside)
+    rate_ratio, p99_ratio = best_beside / best_alone, p99_alone / p99_beside
+    print(f"  best: beside {best_beside:.0f}/s, p99 {p99_beside:.1f} ms; alone {best_alone:.0f}/s, p99 "
+          f"{p99_alone:.1f} ms: rate ratio {rate_ratio:4.2f}, p99 ratio (alone / beside) {p99_ratio:4.2f} "
+          f"(target >= {ISOLATION_TARGET})")  # fmt: skip
+    ok = rate_ratio >= ISOLATION_TARGET and p99_ratio >= ISOLATION_TARGET
+    print("PASS" if ok else "BELOW TARGET")
+    return 0 if ok else 1
 
 
 # --- 5. like for like: partners at their caps against a plain client at the same concurrency ----
@@ -860,6 +974,13 @@ def main(argv: list[str] | None = None) -> int:
         "the same concurrency",
     )  # fmt: skip
     parser.add_argument(
+        "--coalition", type=int, default=0, metavar="EVENTS",
+        help="instead: a burst of this many events to a healthy partner onboarded while partners "
+        "hanging together hold the worker's senders",
+    )  # fmt: skip
+    parser.add_argument("--coalition-partners", type=int, default=4, help="the hanging partners")
+    parser.add_argument("--coalition-cap", type=int, default=128, help="each hanging partner's cap")
+    parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
     )
     parser.add_argument(
@@ -887,6 +1008,8 @@ def main(argv: list[str] | None = None) -> int:
             return on_loop(args.loop, run_batch(args, base, database_url))
         if args.like_for_like:
             return on_loop(args.loop, run_like_for_like(args, base, database_url))
+        if args.coalition:
+            return on_loop(args.loop, run_coalition(args, base, database_url))
         return on_loop(args.loop, run(args, base, database_url))
 
 

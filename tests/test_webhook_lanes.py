@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from service.webhooks.lanes import Lanes
+from service.webhooks.lanes import Lanes, fair_shares
 
 
 class Job(NamedTuple):
@@ -133,3 +135,64 @@ def test_no_more_than_its_slots_are_out_at_once_whatever_the_order(slots: int) -
         if lane.out("a") == 0 and lane.parked:
             lane.reopen(["a"])
     assert sorted(job.name for job in out) == sorted(f"a{n}" for n in range(40))
+
+
+@pytest.mark.parametrize(
+    ("wants", "pool", "shares"),
+    [
+        ([], 6, []),
+        ([3, 2], 6, [3, 2]),  # all fit: each what it wants
+        ([6, 6], 6, [3, 3]),
+        ([6, 6, 6], 6, [2, 2, 2]),
+        ([6, 6, 6, 6], 6, [2, 2, 1, 1]),  # the two left over go to the first held back
+        ([1, 6, 6], 6, [1, 3, 2]),  # the small want is met; the rest split what it leaves
+        ([8, 1, 1, 8], 12, [5, 1, 1, 5]),
+        ([8] * 10, 6, [1] * 10),  # more partners than senders: each slowed to one, never stopped
+        ([384, 8], 384, [376, 8]),
+    ],
+)
+def test_fair_shares_meet_small_wants_and_split_the_rest_evenly(
+    wants: list[int], pool: int, shares: list[int]
+) -> None:
+    assert fair_shares(wants, pool) == shares
+
+
+@given(st.lists(st.integers(1, 400), max_size=40), st.integers(1, 512))
+def test_fair_shares_are_max_min_fair(wants: list[int], pool: int) -> None:
+    """No share passes its want; they fill the pool when wants do (one each at least); and no share
+    could grow without a share as small or smaller shrinking: one below its want is never more
+    than one under any other share."""
+    shares = fair_shares(wants, pool)
+    assert all(1 <= share <= want for share, want in zip(shares, wants, strict=True))
+    assert sum(shares) == min(sum(wants), max(pool, len(wants)))
+    for share, want in zip(shares, wants, strict=True):
+        if share < want:
+            assert all(share >= other - 1 for other in shares)
+
+
+def test_lanes_over_the_pool_hold_their_shares_and_a_newcomer_finds_the_rest_free() -> None:
+    """Two partners want 6 each of a pool of 6 (8 senders less a quarter): 3 each go out. A third
+    partner's claim lets out 2 at once (the senders the pool keeps free); the first two let out
+    nothing more until their attempts come down to their new shares of 2."""
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
+    lane.add([Job(f"a{n}", "a", 6) for n in range(8)] + [Job(f"b{n}", "b", 6) for n in range(8)], start_by=9.0)
+    assert (lane.out("a"), lane.out("b")) == (3, 3)
+    lane.add([Job(f"c{n}", "c", 6) for n in range(8)], start_by=9.0)
+    assert out[-2:] == ["c0", "c1"]
+    assert [lane.share(partner) for partner in "abc"] == [2, 2, 2]
+    lane.done("a")
+    assert lane.out("a") == 2 and len(out) == 8  # down to its share: nothing more goes
+    lane.done("a")
+    assert lane.out("a") == 2 and out[-1] == "a3"  # under it: the next goes
+    assert lane.hand_on("b") is None  # b's delivered attempt does not pass its slot on: 3 out, share 2
+
+
+def test_a_lane_that_empties_gives_its_share_back_at_the_next_turn() -> None:
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
+    lane.add([Job(f"a{n}", "a", 6) for n in range(8)] + [Job("b0", "b", 6)], start_by=9.0)
+    assert (lane.out("a"), lane.out("b")) == (5, 1)  # b wants one: a takes the rest of the pool
+    lane.done("b")
+    lane.reopen(["b"])  # the turn that logs b's attempt shares again: a alone
+    assert lane.out("a") == 6

@@ -10,12 +10,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from webhook_helpers import Receiver, Reply, fixed_keyring, seed_outbox, settings
+from webhook_helpers import Receiver, Reply, fixed_keyring, room_claimed, seed_outbox, settings
 
 from service.db.engine import create_engine
+from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
-from service.webhooks import wiring
+from service.webhooks import outbox, partners, wiring
 from service.webhooks.claim import claim_due
 from service.webhooks.partners import MAX_IN_FLIGHT_LIMIT
 from service.webhooks.worker import CONCURRENCY, most_slots
@@ -63,7 +64,8 @@ def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_th
     """A partner at cap 1,000 holds every request until the test lets go, beside a healthy partner
     at the default cap; the worker has 8 senders. Unbounded, the wide partner's jobs took all 8 and
     the healthy partner got nothing until an attempt timed out (30 s here); bounded, the wide one
-    holds 6 and the healthy one gets all its events while it hangs."""
+    holds 6 at most (3, its share, while the healthy one has work too) and the healthy one gets all
+    its events while it hangs."""
     events = 20
     concurrency = 8
     config = Settings(database_url=database_url, **settings(receiver_timeout=30.0))
@@ -90,3 +92,46 @@ def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_th
         peak = stuck.peak["/wide"]
     assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} while the wide one hung"
     assert peak == most_slots(concurrency) == 6
+
+
+def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_that_comes_later(
+    database_url: str, clock: Any
+) -> None:
+    """Two partners at the default cap hang (each held under three quarters of 8 senders: 6 and 6,
+    12 in all); a healthy partner's events come only once they hang. Without shares the two held
+    all 8 senders and the healthy partner waited an attempt's timeout (30 s here); shared, the two
+    hold 6 between them (3 each), and the healthy partner's events go out on the 2 left while they
+    hang."""
+    events = 20
+    concurrency = 8
+    config = Settings(database_url=database_url, **settings(receiver_timeout=30.0))
+    release = threading.Event()
+    with Receiver(Reply(hold=release)) as stuck, Receiver() as healthy:
+
+        async def scenario() -> bool:
+            engine = create_engine(database_url)
+            keyring = load_keyring(config)
+            await seed_outbox(engine, clock, [("a", stuck.url("/a"), None), ("b", stuck.url("/b"), None)], 10, keyring)
+            worker = wiring.worker(engine, config, clock=clock, concurrency=concurrency)
+            await worker.start()
+            try:
+                pool = most_slots(concurrency)
+                hanging = await asyncio.to_thread(stuck.wait_for, lambda got: len(got) >= pool, 10)
+                assert hanging, f"the hanging partners got {len(stuck.requests)} attempts, not {pool}"
+                async with engine.begin() as conn:
+                    new = partners.NewPartner("healthy", healthy.url(), None, None)
+                    await partners.create_partner(conn, new, now=clock(), keyring=keyring)
+                for index in range(events):
+                    event = parse_event(room_claimed(f"later-{index}"), now=clock())
+                    await outbox.publish_event(engine, event, now=clock())
+                worker.wake.set()
+                return await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, 10)
+            finally:
+                release.set()
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        arrived = asyncio.run(scenario())
+        peaks = (stuck.peak["/a"], stuck.peak["/b"])
+    assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} while two partners hung"
+    assert peaks == (3, 3)

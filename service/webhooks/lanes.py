@@ -14,6 +14,15 @@ has logged the failure (``reopen``), so a partner failing every attempt gets no 
 turn than it has slots, and once its circuit opens the turn takes its parked jobs back
 (``take_back``).
 
+**Shares.** The lanes together hold at most ``pool`` senders (the worker's: all but a quarter of
+them, ``worker.most_slots``). While the partners with work want more than that between them, each
+lane holds at most its fair share (``fair_shares``: max-min, never less than one): partners that
+hang cannot take every sender together, however many they are, and the senders the pool leaves
+free go at once to a partner whose work has just arrived. A lane over its share after a claim (a
+newcomer took part of the pool) lets nothing more out until its attempts in flight come down to it.
+Shares are worked out again at every claim and every turn that logs, from what each lane wants
+then (its slots, or fewer when it holds fewer jobs).
+
 Everything here is plain bookkeeping over deques, driven by the worker's single event loop: no
 locks, no I/O.
 """
@@ -37,9 +46,34 @@ class Slotted(Protocol):
 J = TypeVar("J", bound=Slotted)
 
 
+def fair_shares(wants: Sequence[int], pool: int) -> list[int]:
+    """How many senders each of ``wants`` may hold, out of ``pool``: what it wants when all of them
+    fit; otherwise max-min fair (no share grows while a smaller one could), each at least one (a
+    partner is slowed, never stopped), and what an even split leaves over goes one each to the
+    first of those held back, in order."""
+    if sum(wants) <= pool:
+        return list(wants)
+    shares = [0] * len(wants)
+    left = pool
+    order = sorted(range(len(wants)), key=wants.__getitem__)
+    for position, index in enumerate(order):
+        level = left // (len(order) - position)
+        if wants[index] <= level:
+            shares[index] = wants[index]
+            left -= wants[index]
+            continue
+        held_back = order[position:]
+        over = left - level * len(held_back)
+        for rank, held in enumerate(sorted(held_back)):
+            shares[held] = max(1, level + (rank < over))
+        break
+    return shares
+
+
 @dataclass(slots=True)
 class _Lane(Generic[J]):
     slots: int
+    limit: int = 0  # jobs it may have out at once: its slots, or its share when that is less
     out: int = 0  # let out to the senders: waiting for one, or being attempted
     failed: int = 0  # slots held empty by failed attempts until the next turn logs them
     parked: deque[tuple[float, J]] = field(default_factory=deque)  # (start by, job)
@@ -49,9 +83,11 @@ class Lanes(Generic[J]):
     """One lane per partner; ``let_out`` receives each job, with the moment it must start by, as
     soon as it may be sent."""
 
-    def __init__(self, let_out: Callable[[tuple[float, J]], None]) -> None:
+    def __init__(self, let_out: Callable[[tuple[float, J]], None], *, pool: int | None = None) -> None:
+        """``pool``: the senders the lanes may hold together (no bound when None)."""
         self._let_out = let_out
         self._lanes: dict[str, _Lane[J]] = {}
+        self._pool = pool
         self.parked = 0  # jobs held back, every lane together
 
     def add(self, jobs: Sequence[J], *, start_by: float) -> None:
@@ -64,8 +100,11 @@ class Lanes(Generic[J]):
             lane.slots = job.slots
             lane.parked.append((start_by, job))
             self.parked += 1
+        grown = self._share()
         for partner_id in dict.fromkeys(job.partner_id for job in jobs):
             self._fill(self._lanes[partner_id])
+        for lane in grown:
+            self._fill(lane)
 
     def done(self, partner_id: str, *, ok: bool = True) -> None:
         """A job let out has been attempted (or handed back): its slot goes to the next one, unless
@@ -82,7 +121,7 @@ class Lanes(Generic[J]):
         is returned (with its start-by moment) for the caller to send itself, in place of letting
         it out; None when none waits or the slot is no longer the partner's (as ``done``)."""
         lane = self._lanes[partner_id]
-        if lane.parked and lane.out + lane.failed <= lane.slots:
+        if lane.parked and lane.out + lane.failed <= lane.limit:
             self.parked -= 1
             return lane.parked.popleft()
         self.done(partner_id)
@@ -91,12 +130,18 @@ class Lanes(Generic[J]):
     def reopen(self, partner_ids: Iterable[str]) -> None:
         """The partners' failed attempts are logged (and their circuits still let them send): the
         slots they held empty are free again."""
+        reopened = []
         for partner_id in partner_ids:
             lane = self._lanes.get(partner_id)
             if lane is not None and lane.failed:
                 lane.failed = 0
-                self._fill(lane)
-                self._forget_if_empty(partner_id, lane)
+                reopened.append((partner_id, lane))
+        grown = self._share()
+        for partner_id, lane in reopened:
+            self._fill(lane)
+            self._forget_if_empty(partner_id, lane)
+        for lane in grown:
+            self._fill(lane)
 
     def take_back(self, partner_id: str) -> list[J]:
         """The partner's parked jobs, removed (its circuit opened, or it was paused or disabled);
@@ -123,8 +168,30 @@ class Lanes(Generic[J]):
         if not lane.out and not lane.parked:
             del self._lanes[partner_id]
 
+    def share(self, partner_id: str) -> int:
+        """How many jobs the partner's lane may have out at once now (0 with no lane)."""
+        lane = self._lanes.get(partner_id)
+        return lane.limit if lane is not None else 0
+
+    def _share(self) -> list[_Lane[J]]:
+        """Set each lane's limit: its slots, or its fair share of the pool when the lanes want more
+        between them. The lanes whose limit grew (another lane emptied, or wants less) are returned,
+        for the caller to fill."""
+        lanes = list(self._lanes.values())
+        wants = [min(lane.slots, lane.out + lane.failed + len(lane.parked)) for lane in lanes]
+        shares = fair_shares(wants, self._pool) if self._pool is not None else wants
+        grown = []
+        for lane, want, share in zip(lanes, wants, shares, strict=True):
+            # A lane given all it wants is held to its slots: what it wants grows only by a claim,
+            # which shares again.
+            limit = lane.slots if share == want else share
+            if limit > lane.limit:
+                grown.append(lane)
+            lane.limit = limit
+        return grown
+
     def _fill(self, lane: _Lane[J]) -> None:
-        while lane.parked and lane.out + lane.failed < lane.slots:
+        while lane.parked and lane.out + lane.failed < lane.limit:
             lane.out += 1
             self.parked -= 1
             self._let_out(lane.parked.popleft())

@@ -27,6 +27,9 @@ failing attempt after attempt soon has its circuit opened (``service.webhooks.br
 parked jobs handed back, and holds one slot at most. Whatever its cap, one partner gets at most
 three quarters of the senders (``most_slots``): a partner whose cap reached the worker's
 concurrency took every sender while it hung, and a healthy partner waited a whole attempt timeout.
+The partners' lanes hold no more than that between them either, each its fair share while they
+want more (``Lanes(pool=...)``): several partners hanging together leave a quarter of the senders
+to a partner whose work arrives while they hang.
 
 A claimed job must start by its lease's end less one attempt (a timeout) and a second: the moment
 is read from the claim's own ``claimed_until`` (mapped onto the event loop's clock when the claim
@@ -256,7 +259,7 @@ class Worker:
         # One run's parts (set up by `run`).
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
         self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
-        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait)
+        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait, pool=self.max_slots)
         self._records: list[Settlement] = []
         # The deliveries of the records a failed turn put back in ``_records``: its commit may have
         # landed and settled them (``_still_claimed``).
@@ -326,7 +329,7 @@ class Worker:
         logged_before = self._run_logged_from = self.logged
         self.holder = new_claim_token()
         self._jobs = asyncio.Queue()
-        self.lanes = Lanes(self._jobs.put_nowait)
+        self.lanes = Lanes(self._jobs.put_nowait, pool=self.max_slots)
         self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
         try:
