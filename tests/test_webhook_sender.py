@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -10,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
+import aiohttp
 import pytest
 
 from service.clock import ManualClock
@@ -237,3 +239,62 @@ async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, s
     async with server, Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
         attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=secrets)
     assert (attempt.status_code, attempt.response_excerpt) == (500, kept)
+
+
+async def test_a_partner_answering_in_one_byte_chunks_is_read_no_further_than_the_excerpt_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """20,000 chunks of one byte (120 KB): every chunk is a call into Python as aiohttp takes it
+    in, so reading them all spent 60 times a plain answer's CPU on the worker's loop. The sender
+    takes in about what its excerpt needs (1,024 bytes, one a chunk), and stops reading there."""
+    fed = [0]
+    feed_data = aiohttp.StreamReader.feed_data
+
+    def counted(self: aiohttp.StreamReader, data: bytes, *args: object) -> None:
+        fed[0] += 1
+        feed_data(self, data, *args)
+
+    monkeypatch.setattr(aiohttp.StreamReader, "feed_data", counted)
+
+    async def chunky(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"1\r\nx\r\n" * 20_000 + b"0\r\n\r\n")
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(chunky, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    async with server, Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
+        attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=["s"])
+    assert (attempt.status_code, attempt.response_excerpt) == (200, "x" * 256)
+    # At least the excerpt's 1,024 (so the count still sees aiohttp's calls); under aiohttp's
+    # default buffer, 16,386.
+    assert 1_024 <= fed[0] < 2_048
+
+
+async def test_an_answer_of_a_whole_page_leaves_its_connection_for_the_next_attempt() -> None:
+    """A 16 KB page (a web framework's error page) is read whole, past the excerpt, so the connection
+    is kept: buffering less of a body would close it, and a new one cost every attempt three times
+    a plain answer's CPU."""
+    connections = [0]
+
+    async def page(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while True:
+                await _read_request(reader)
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 16000\r\n\r\n" + b"x" * 16_000)
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(page, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    async with server, Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
+        attempts = [
+            await sender.send(url=url, event="room.claimed", delivery_id=f"dlv_{n}", body=b"{}", secrets=["s"])
+            for n in range(3)
+        ]
+    assert [(attempt.status_code, attempt.response_excerpt) for attempt in attempts] == [(404, "x" * 256)] * 3
+    assert connections == [1]

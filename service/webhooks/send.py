@@ -49,6 +49,16 @@ _EXCERPT_BYTES = EXCERPT_CHARS * 4  # UTF-8 needs at most 4 bytes a character
 # what counts; a body that trickles would otherwise hold one of the partner's slots until the
 # attempt's whole timeout.
 EXCERPT_SECONDS = 1.0
+# How much of an answer's body aiohttp buffers before it stops reading the connection
+# (``read_bufsize``; aiohttp's default is 256 KiB). aiohttp also stops reading after a sixteenth of
+# this many chunks of a chunked body, and takes in each chunk with a call into Python: a partner
+# answering 20,000 chunks of one byte (120 KB) cost the worker 7.2-7.6 ms of CPU an attempt under
+# the default (16,386 chunks taken in), 32-43 times a plain answer's, and took that CPU from every
+# other partner; at 16 KiB, 1.7-2.2 ms (1,540 chunks; benchmarks/answers.py). Not smaller: the
+# whole of an answer that fits is read, so its connection is kept for the next attempt, and
+# a 16 KB page (a web framework's error page, say) at 2 KiB cost a new connection an attempt,
+# three times a plain answer's CPU.
+_BODY_BUFFER = 16 * 1024
 TEST_EVENT = "webhook.test"  # kind of the admin's test delivery; not in the catalog, never retried
 # What a partner's answer may spend on its head, set here rather than left to aiohttp's defaults:
 # 8190 bytes a status or header line (the line limit HTTP servers commonly hold requests to) and
@@ -278,6 +288,7 @@ class Sender:
             max_line_size=MAX_HEADER_LINE_BYTES,
             max_field_size=MAX_HEADER_LINE_BYTES,
             max_headers=MAX_HEADERS,  # aiohttp 3.13.4 and later
+            read_bufsize=_BODY_BUFFER,
         )
 
     async def close(self) -> None:
