@@ -363,3 +363,24 @@ def test_a_filter_given_twice_is_refused_on_the_page(make_client: Any, path: str
         response = client.get(path, cookies=cookies)
     assert response.status_code == 400
     assert "This parameter appears more than once." in _html(response)
+
+
+@pytest.mark.parametrize(
+    ("path", "goes_to"),
+    [
+        ("/%63onsole/partners", "/console/partners"),  # the console's own path, respelled
+        ("/console/%70artners?kind=x", "/console/partners?kind=x"),
+        ("/console/%2Fx", "/console/%2Fx"),  # %2F is no "/": kept as it came
+    ],
+)
+def test_a_respelled_console_path_comes_back_after_sign_in_as_the_console_spells_it(
+    make_client: Any, path: str, goes_to: str
+) -> None:
+    """RFC 3986 spells ``%63onsole`` and ``console`` alike: the sign-in brings the operator back to
+    the page asked for, where it sent them to the overview (the respelling is no console path)."""
+    with make_client(admin_token=TOKEN) as client:
+        asked = client.get(path)
+        location = asked.headers["location"]
+        page = client.get(location)
+    assert asked.status_code == 303 and location.startswith("/console/login?next=")
+    assert f'name="next" value="{escape(goes_to)}"' in _html(page)

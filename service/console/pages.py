@@ -40,6 +40,7 @@ from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
 from service.handlers import assess
 from service.params import one_each, query_pairs
+from service.paths import unescape_unreserved
 from service.registrations_ops import RegistrationOperations
 from service.settings import Settings
 from service.summaries_ops import Summaries, Totals
@@ -240,7 +241,9 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
         session = None  # signed out: a copy of its cookie is no session
     if session is None:
         if request.method in ("GET", "HEAD"):
-            target = request.path + (f"?{request.query_string}" if request.query_string else "")
+            # As RFC 3986 compares paths: a respelled console path (%63onsole) comes back as ours.
+            path = unescape_unreserved(request.path)
+            target = path + (f"?{request.query_string}" if request.query_string else "")
             return redirect(link(PATH + "/login", {"next": target}), status=303)
         if same_origin(request, console.settings.base_url):
             return signed_out(console, request)  # a form of ours, sent after its session ended
