@@ -193,6 +193,8 @@ def test_a_lane_that_empties_gives_its_share_back_at_the_next_turn() -> None:
     lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
     lane.add([Job(f"a{n}", "a", 6) for n in range(8)] + [Job("b0", "b", 6)], start_by=9.0)
     assert (lane.out("a"), lane.out("b")) == (5, 1)  # b wants one: a takes the rest of the pool
+    assert lane.contended
     lane.done("b")
     lane.reopen(["b"])  # the turn that logs b's attempt shares again: a alone
     assert lane.out("a") == 6
+    assert not lane.contended

@@ -95,7 +95,7 @@ def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_th
 
 
 def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_that_comes_later(
-    database_url: str, clock: Any
+    database_url: str, clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Two partners at the default cap hang (each held under three quarters of 8 senders: 6 and 6,
     12 in all); a healthy partner's events come only once they hang. Without shares the two held
@@ -135,3 +135,6 @@ def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_t
         peaks = (stuck.peak["/a"], stuck.peak["/b"])
     assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} while two partners hung"
     assert peaks == (3, 3)
+    # The operator is told once that partners are held to their shares, and what to do if they answer.
+    said = [record for record in caplog.records if "held to a fair share" in record.getMessage()]
+    assert len(said) == 1 and said[0].levelname == "WARNING"

@@ -89,6 +89,8 @@ class Lanes(Generic[J]):
         self._lanes: dict[str, _Lane[J]] = {}
         self._pool = pool
         self.parked = 0  # jobs held back, every lane together
+        # The lanes wanted more than the pool at the last share: some are held to their shares.
+        self.contended = False
 
     def add(self, jobs: Sequence[J], *, start_by: float) -> None:
         """Take a claim's jobs, to start by ``start_by`` (the caller's clock): each lane's slots
@@ -180,6 +182,7 @@ class Lanes(Generic[J]):
         lanes = list(self._lanes.values())
         wants = [min(lane.slots, lane.out + lane.failed + len(lane.parked)) for lane in lanes]
         shares = fair_shares(wants, self._pool) if self._pool is not None else wants
+        self.contended = shares != wants
         grown = []
         for lane, want, share in zip(lanes, wants, shares, strict=True):
             # A lane given all it wants is held to its slots: what it wants grows only by a claim,

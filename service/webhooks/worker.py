@@ -277,6 +277,7 @@ class Worker:
         # likely to finish soon, so finished attempts may wait to share a commit with them; the
         # others' may be hanging (pacing.Moment.silent).
         self._answering: set[str] = set()
+        self._contended = False  # the lanes held partners to their shares at the last look
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -332,6 +333,7 @@ class Worker:
         self.lanes = Lanes(self._jobs.put_nowait, pool=self.max_slots)
         self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
+        self._contended = False
         try:
             async with asyncio.TaskGroup() as group:
                 senders = [
@@ -405,6 +407,7 @@ class Worker:
                 self._drained = False  # their partners' slots are free: claimable again
             if jobs:  # one claim: every job has the same lease end
                 self.lanes.add(jobs, start_by=self._start_by(jobs[0].claimed_until, loop.time()))
+                self._note_contention()
 
     def _start_by(self, claimed_until: datetime, now: float) -> float:
         """When (on the event loop's clock, read as ``now``) a job whose lease ends at
@@ -739,6 +742,23 @@ class Worker:
         for partner_id in stopped:
             self._expired.extend(self.lanes.take_back(partner_id))
         self.lanes.reopen({record.job.partner_id for record in records} - stopped)
+        self._note_contention()
+
+    def _note_contention(self) -> None:
+        """A line when the partners with work start wanting more attempts in flight than the lanes'
+        pool (each is then held to its fair share), and one when they no longer do."""
+        if self.lanes.contended == self._contended:
+            return
+        self._contended = self.lanes.contended
+        if self._contended:
+            log.warning(
+                "partners with work want more attempts in flight than this worker gives them together "
+                "(three quarters of its senders); each is held to a fair share. If they are answering, "
+                "raise the worker's concurrency or run another worker",
+                extra={"senders": self.concurrency, "pool": self.max_slots},
+            )
+        else:
+            log.info("partners with work fit in this worker's senders again; no share holds them back")
 
     def _counted(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
