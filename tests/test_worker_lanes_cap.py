@@ -5,8 +5,9 @@ worker's concurrency and hangs leaves senders to the others."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -138,3 +139,21 @@ def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_t
     # The operator is told once that partners are held to their shares, and what to do if they answer.
     said = [record for record in caplog.records if "held to a fair share" in record.getMessage()]
     assert len(said) == 1 and said[0].levelname == "WARNING"
+
+
+def test_the_line_saying_partners_are_held_to_their_shares_comes_once_an_hour_at_most(
+    tmp_path: Any, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Partners near the pool may want more than it and then less, turn after turn: the warning
+    and the line that it ended are written once, and again only an hour (by the clock) later."""
+    config = Settings(database_url=f"sqlite:///{tmp_path / 'service.db'}", **settings())
+    worker = wiring.worker(create_engine(config.database_url), config, clock=clock, concurrency=8)
+    caplog.set_level(logging.INFO, logger="service.webhooks.worker")
+    said = []
+    for minutes, contended in [(0, True), (1, False), (2, True), (3, False), (4, True), (65, False), (66, True), (67, False)]:
+        clock.set(datetime(2026, 6, 29, 12, 0, tzinfo=UTC) + timedelta(minutes=minutes))
+        worker.lanes.contended = contended
+        caplog.clear()
+        worker._note_contention()
+        said.append([record.levelname for record in caplog.records])
+    assert said == [["WARNING"], ["INFO"], [], [], [], [], ["WARNING"], ["INFO"]]

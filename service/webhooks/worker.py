@@ -158,6 +158,8 @@ DEPTH = 64
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
 PRUNE_EVERY = timedelta(hours=1)
+# The log says partners are held to their shares (and that they no longer are) at most once a while.
+CONTENTION_LINES = timedelta(hours=1)
 
 
 def _delivering(records: Sequence[Settlement]) -> set[str]:
@@ -278,6 +280,8 @@ class Worker:
         # others' may be hanging (pacing.Moment.silent).
         self._answering: set[str] = set()
         self._contended = False  # the lanes held partners to their shares at the last look
+        self._contention_said: datetime | None = None  # when that was last written in the log
+        self._contention_told = False  # and the line that it has ended is still to be written
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -746,19 +750,26 @@ class Worker:
 
     def _note_contention(self) -> None:
         """A line when the partners with work start wanting more attempts in flight than the lanes'
-        pool (each is then held to its fair share), and one when they no longer do."""
+        pool (each is then held to its fair share), and one when they no longer do; at most once
+        each ``CONTENTION_LINES`` (by the injected clock), should they come and go."""
         if self.lanes.contended == self._contended:
             return
         self._contended = self.lanes.contended
-        if self._contended:
-            log.warning(
-                "partners with work want more attempts in flight than this worker gives them together "
-                "(three quarters of its senders); each is held to a fair share. If they are answering, "
-                "raise the worker's concurrency or run another worker",
-                extra={"senders": self.concurrency, "pool": self.max_slots},
-            )
-        else:
-            log.info("partners with work fit in this worker's senders again; no share holds them back")
+        if not self._contended:
+            if self._contention_told:
+                self._contention_told = False
+                log.info("partners with work fit in this worker's senders again; no share holds them back")
+            return
+        now = self.clock()
+        if self._contention_said is not None and now - self._contention_said < CONTENTION_LINES:
+            return
+        self._contention_said, self._contention_told = now, True
+        log.warning(
+            "partners with work want more attempts in flight than this worker gives them together "
+            "(three quarters of its senders); each is held to a fair share. If they are answering, "
+            "raise the worker's concurrency or run another worker",
+            extra={"senders": self.concurrency, "pool": self.max_slots},
+        )
 
     def _counted(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
