@@ -328,3 +328,42 @@ def test_instruction_benchmark_times_each_part_at_full_speed() -> None:
     # On SQLite the drain's database thread runs beside its event loop, and may add to its share.
     assert all(int(match[6]) > 0 for match in rows.values())
     assert int(rows["plain"][6]) <= 100 and int(rows["send"][6]) <= 100
+
+
+def test_delivery_benchmark_runs_the_coalition_rounds() -> None:
+    """`python -m benchmarks.delivery --coalition` onboards a healthy partner once the hanging ones
+    hold the senders they may, alone and beside them in turn, and prints both ratios."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.delivery", "--coalition", "50", "--coalition-partners", "2",
+         "--coalition-cap", "8", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )  # fmt: skip
+    assert completed.returncode in (0, 1), completed.stdout + completed.stderr
+    lines = [line.strip() for line in completed.stdout.splitlines()]
+    assert [line.split(":")[0] for line in lines if line.startswith("round 1")] == ["round 1 alone ", "round 1 beside 2"]
+    [best] = [line for line in lines if line.startswith("best: beside")]
+    assert "rate ratio" in best and "p99 ratio" in best
+    assert lines[-1] in ("PASS", "BELOW TARGET")
+
+
+def test_answers_benchmark_prices_each_answer_for_both_buffers() -> None:
+    """`python -m benchmarks.answers` prints the Sender's CPU an attempt for each answer's shape,
+    the service's buffer beside aiohttp's default."""
+    completed = subprocess.run(
+        [sys.executable, "-m", "benchmarks.answers", "--attempts", "5", "--rounds", "1", "--chunks", "2000"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    lines = [line.strip() for line in completed.stdout.splitlines()]
+    sides = [line for line in lines if line.startswith(("service", "baseline"))]
+    assert [line.split()[0] for line in sides] == ["service", "baseline"]
+    assert all(all(f"{shape} " in line for shape in ("plain", "chunks", "page", "large")) for line in sides)
+    assert "16,384 bytes" in sides[0] and "262,144 bytes" in sides[1]
