@@ -14,12 +14,15 @@ has logged the failure (``reopen``), so a partner failing every attempt gets no 
 turn than it has slots, and once its circuit opens the turn takes its parked jobs back
 (``take_back``).
 
-**Shares.** The lanes together hold at most ``pool`` senders (the worker's: all but a quarter of
+**Shares.** The lanes together are held to ``pool`` senders (the worker's: all but a quarter of
 them, ``worker.most_slots``). While the partners with work want more than that between them, each
 lane holds at most its fair share (``fair_shares``: max-min, never less than one): partners that
 hang cannot take every sender together, however many they are, and the senders the pool leaves
 free go at once to a partner whose work has just arrived. A lane over its share after a claim (a
 newcomer took part of the pool) lets nothing more out until its attempts in flight come down to it.
+A newcomer that hangs too is not told apart: partners that start hanging one after another take
+their shares from the senders the pool keeps free, until the earlier lanes come down to theirs
+(one attempt timeout at most).
 Shares are worked out again at every claim and every turn that logs, from what each lane wants
 then (its slots, or fewer when it holds fewer jobs).
 

@@ -29,7 +29,8 @@ three quarters of the senders (``most_slots``): a partner whose cap reached the 
 concurrency took every sender while it hung, and a healthy partner waited a whole attempt timeout.
 The partners' lanes hold no more than that between them either, each its fair share while they
 want more (``Lanes(pool=...)``): several partners hanging together leave a quarter of the senders
-to a partner whose work arrives while they hang.
+to a partner whose work arrives while they hang (partners that start hanging one after another can
+take it until the earlier ones' attempts time out).
 
 A claimed job must start by its lease's end less one attempt (a timeout) and a second: the moment
 is read from the claim's own ``claimed_until`` (mapped onto the event loop's clock when the claim
