@@ -16,6 +16,7 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
                                   [--database-url postgresql://user@host/db]
                                   [--isolation EVENTS [--isolation-rounds 3] [--isolation-control]]
     python -m benchmarks.delivery --coalition EVENTS [--coalition-partners 4] [--coalition-cap 128]
+                                  [--coalition-apart]
 
 ``--isolation`` publishes a burst of EVENTS to a healthy partner beside K = 0, 1 and 10 partners
 that never answer, in rounds side by side; the target: beside them, at least 0.9 of its rate and
@@ -26,7 +27,9 @@ With ``--coalition EVENTS`` it measures partners hanging together instead: ``--c
 (4) partners at cap ``--coalition-cap`` (128) that never answer take the worker's senders (its
 default concurrency); then a healthy partner (the default cap) is onboarded and a burst of EVENTS is
 published to everyone. The healthy partner's rate and p99 against the same steps with no hanging
-partner, alternating for ``--rounds``; the target: at least 0.9 of both.
+partner, alternating for ``--rounds``; the target: at least 0.9 of both. With ``--coalition-apart``
+the hanging partners start hanging one after another: each is onboarded and given work once the
+ones before it hold what they will.
 
 With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
 events stored for one partner, drained by the worker, first with the partner unbatched (one POST
@@ -160,7 +163,8 @@ def serve_receiver(port: int) -> None:
     app.router.add_get("/times", times)
     app.router.add_post("/reset", reset)
     app.router.add_get("/cpu", cpu)
-    web.run_app(app, host=HOST, port=port, access_log=None, print=None)
+    # A hanging request the worker gave up on (its attempt timed out) leaves the count.
+    web.run_app(app, host=HOST, port=port, access_log=None, print=None, handler_cancellation=True)
 
 
 @contextlib.contextmanager
@@ -440,11 +444,14 @@ def _beside(hanging: int, published: float, arrivals: dict[str, float]) -> Besid
 # --- 4b. one healthy partner arriving while partners hanging together hold the senders ----------
 
 
-async def beside_coalition(database_url: str, base: str, hanging: int, cap: int, events: int) -> Beside:
+async def beside_coalition(
+    database_url: str, base: str, hanging: int, cap: int, events: int, *, apart: bool = False
+) -> Beside:
     """``hanging`` partners at cap ``cap`` that never answer take the worker's senders (as many as
     they may: before shares, every one once their caps passed the worker's concurrency); then a
     healthy partner is onboarded (the default cap) and a burst of ``events`` is published to
-    everyone. The healthy partner's view, as ``beside_hanging``'s; 0 hanging: it alone."""
+    everyone. The healthy partner's view, as ``beside_hanging``'s; 0 hanging: it alone. ``apart``:
+    each hanging partner is onboarded and given work once the ones before it hold what they will."""
     from service.db import tables
     from service.keyring import parse_keys
     from service.webhooks import partners
@@ -452,30 +459,41 @@ async def beside_coalition(database_url: str, base: str, hanging: int, cap: int,
 
     engine, settings = await setup(database_url, base)
     keyring = parse_keys(BENCH_SECRETS_KEY)
+
+    async def onboard_hanging(numbers: range) -> None:
+        async with engine.begin() as conn:  # type: ignore[attr-defined]
+            for n in numbers:
+                url = f"{base}/hang/{n}"
+                new = partners.NewPartner(name=f"hanging {n}", url=url, events=None, max_in_flight=cap)
+                await partners.create_partner(conn, new, now=_now(), keyring=keyring)
+
     async with engine.begin() as conn:  # type: ignore[attr-defined]
         await conn.execute(tables.partner_secrets.delete())  # the healthy partner comes later
         await conn.execute(tables.partners.delete())
-        for n in range(hanging):
-            url = f"{base}/hang/{n}"
-            new = partners.NewPartner(name=f"hanging {n}", url=url, events=None, max_in_flight=cap)
-            await partners.create_partner(conn, new, now=_now(), keyring=keyring)
     worker = _worker(engine, settings)
     async with aiohttp.ClientSession() as session:
         await session.post(f"{base}/reset")
         await worker.start()
         try:
-            if hanging:
-                await backlog(engine, cap, prefix=f"fill{hanging}", chunk=cap)
+            # Together: every hanging partner's work in one claim. Apart: one after another, each
+            # once the senders held before it have grown (by one at least: a newcomer gets some).
+            waves = [range(n, n + 1) for n in range(hanging)] if apart else [range(hanging)] * bool(hanging)
+            for wave in waves:
+                before = await _hanging(session, base)
+                await onboard_hanging(wave)
+                await backlog(engine, cap, prefix=f"fill{hanging}-{wave.start}", chunk=cap)
                 worker.wake.set()
                 # What every version of the worker lets them hold: then a little longer, for one
                 # that lets them take more to do so.
-                held = min(hanging * cap, most_slots(CONCURRENCY))
+                held = before + 1 if before else min(len(wave) * cap, most_slots(CONCURRENCY))
                 deadline = time.monotonic() + 30
                 while (await _hanging(session, base)) < held:
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"the hanging partners did not take {held} senders in 30 s")
                     await asyncio.sleep(0.01)
                 await asyncio.sleep(0.5)
+            if hanging:
+                print(f"    {await _hanging(session, base)} attempts hang", file=sys.stderr)
             async with engine.begin() as conn:  # type: ignore[attr-defined]
                 new = partners.NewPartner(name="healthy", url=f"{base}/hook", events=None)
                 await partners.create_partner(conn, new, now=_now(), keyring=keyring)
@@ -497,14 +515,15 @@ async def _hanging(session: aiohttp.ClientSession, base: str) -> int:
 
 async def run_coalition(args: argparse.Namespace, base: str, database_url: str) -> int:
     """Rounds of the healthy partner alone and beside the coalition, side by side; the best of each."""
-    k, cap = args.coalition_partners, args.coalition_cap
+    k, cap, apart = args.coalition_partners, args.coalition_cap, args.coalition_apart
     runs = []
     for _ in range(args.rounds):
         for hanging in (0, k):
-            runs.append(await beside_coalition(database_url, base, hanging, cap, args.coalition))
+            runs.append(await beside_coalition(database_url, base, hanging, cap, args.coalition, apart=apart))
     backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
-    print(f"coalition: {k} partners at cap {cap} that never answer hold the worker's senders (its "
-          f"default concurrency); then a healthy partner (the default cap) is onboarded and "
+    how = "one after another" if apart else "together"
+    print(f"coalition: {k} partners at cap {cap} that never answer, claimed {how}, hold the worker's "
+          f"senders (its default concurrency); then a healthy partner (the default cap) is onboarded and "
           f"{args.coalition} events are published in a burst; {backend}, {args.rounds} rounds (alone "
           "and beside alternate)")  # fmt: skip
     for number, r in enumerate(runs):
@@ -980,6 +999,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     parser.add_argument("--coalition-partners", type=int, default=4, help="the hanging partners")
     parser.add_argument("--coalition-cap", type=int, default=128, help="each hanging partner's cap")
+    parser.add_argument(
+        "--coalition-apart", action="store_true", help="the hanging partners start hanging one after another"
+    )
     parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
     )

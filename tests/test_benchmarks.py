@@ -330,12 +330,14 @@ def test_instruction_benchmark_times_each_part_at_full_speed() -> None:
     assert int(rows["plain"][6]) <= 100 and int(rows["send"][6]) <= 100
 
 
-def test_delivery_benchmark_runs_the_coalition_rounds() -> None:
+@pytest.mark.parametrize("apart", [[], ["--coalition-apart"]], ids=["together", "apart"])
+def test_delivery_benchmark_runs_the_coalition_rounds(apart: list[str]) -> None:
     """`python -m benchmarks.delivery --coalition` onboards a healthy partner once the hanging ones
-    hold the senders they may, alone and beside them in turn, and prints both ratios."""
+    (claimed together, or one after another) hold the senders they may, alone and beside them in
+    turn, and prints both ratios."""
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.delivery", "--coalition", "50", "--coalition-partners", "2",
-         "--coalition-cap", "8", "--rounds", "1"],
+         "--coalition-cap", "8", "--rounds", "1", *apart],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -347,6 +349,8 @@ def test_delivery_benchmark_runs_the_coalition_rounds() -> None:
     assert [line.split(":")[0] for line in lines if line.startswith("round 1")] == ["round 1 alone ", "round 1 beside 2"]
     [best] = [line for line in lines if line.startswith("best: beside")]
     assert "rate ratio" in best and "p99 ratio" in best
+    [title] = [line for line in lines if line.startswith("coalition:")]
+    assert ("claimed one after another" if apart else "claimed together") in title
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
