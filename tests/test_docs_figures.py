@@ -12,7 +12,8 @@ from pathlib import Path
 from service import connections
 from service.app import create_app
 from service.settings import Settings
-from service.webhooks.worker import CONCURRENCY
+from service.webhooks.lanes import Lanes
+from service.webhooks.worker import CONCURRENCY, most_slots
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -95,3 +96,10 @@ def test_the_architecture_lists_every_error_code_the_service_spells() -> None:
     listed = ARCHITECTURE[ARCHITECTURE.index("`code` a\nstable token") :][:1200]
     missing = sorted(code for code in codes if f"`{code}`" not in listed)
     assert not missing, f"error codes docs/architecture.md does not list: {missing}"
+
+
+def test_the_loan_the_docs_name_is_the_default_workers() -> None:
+    """The reserve's loan to a partner, as the README and docs/architecture.md give it."""
+    loan = Lanes(lambda started: None, pool=most_slots(CONCURRENCY), senders=CONCURRENCY).loan
+    assert f"an eighth of the reserve, {loan}," in " ".join(ARCHITECTURE.split())
+    assert f"borrows {loan} senders of it at most" in " ".join(README.split())

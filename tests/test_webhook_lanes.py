@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from service.webhooks.lanes import Lanes, fair_shares
@@ -170,22 +170,114 @@ def test_fair_shares_are_max_min_fair(wants: list[int], pool: int) -> None:
             assert all(share >= other - 1 for other in shares)
 
 
-def test_lanes_over_the_pool_hold_their_shares_and_a_newcomer_finds_the_rest_free() -> None:
+def test_lanes_over_the_pool_hold_their_shares_and_a_newcomer_borrows_from_the_reserve() -> None:
     """Two partners want 6 each of a pool of 6 (8 senders less a quarter): 3 each go out. A third
-    partner's claim lets out 2 at once (the senders the pool keeps free); the first two let out
-    nothing more until their attempts come down to their new shares of 2."""
+    partner's claim lets out one at once, a loan from the two senders the pool leaves free; the
+    first two let out nothing more until their attempts come down to their new shares of 2."""
     out: list[str] = []
-    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6, senders=8)
     lane.add([Job(f"a{n}", "a", 6) for n in range(8)] + [Job(f"b{n}", "b", 6) for n in range(8)], start_by=9.0)
     assert (lane.out("a"), lane.out("b")) == (3, 3)
     lane.add([Job(f"c{n}", "c", 6) for n in range(8)], start_by=9.0)
-    assert out[-2:] == ["c0", "c1"]
+    assert out[-1:] == ["c0"] and lane.out("c") == 1 and lane.loan == 1
     assert [lane.share(partner) for partner in "abc"] == [2, 2, 2]
     lane.done("a")
-    assert lane.out("a") == 2 and len(out) == 8  # down to its share: nothing more goes
+    assert lane.out("a") == 2 and out[-1] == "c0"  # the pool is full (b is over its share)
     lane.done("a")
-    assert lane.out("a") == 2 and out[-1] == "a3"  # under it: the next goes
+    assert out[-1] == "c1"  # c waited first: it has the sender
     assert lane.hand_on("b") is None  # b's delivered attempt does not pass its slot on: 3 out, share 2
+    assert out[-1] == "a3" and lane.out("b") == 2  # it went to a, under its share
+    assert lane.sending == 6
+
+
+def test_a_partner_hanging_after_the_others_takes_its_loan_and_leaves_the_reserve() -> None:
+    """A pool of 24 of 40 senders (a reserve of 16, loans of 2). Two partners hold the pool; a
+    third that wants 24 gets its loan of 2, not its share of 8, so partners whose work arrives
+    next still find senders, and the jobs let out never outnumber the senders."""
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=24, senders=40)
+    lane.add([Job(f"{p}{n}", p, 24) for p in "ab" for n in range(30)], start_by=9.0)
+    assert (lane.out("a"), lane.out("b"), lane.sending) == (12, 12, 24)
+    lane.add([Job(f"c{n}", "c", 24) for n in range(30)], start_by=9.0)
+    assert (lane.out("c"), lane.share("c")) == (2, 8)
+    for newcomer in "defghij":  # seven more after it: each its loan, until the senders run out
+        lane.add([Job(f"{newcomer}{n}", newcomer, 24) for n in range(30)], start_by=9.0)
+    assert [lane.out(p) for p in "cdefghij"] == [2, 2, 2, 2, 2, 2, 2, 2]
+    assert lane.sending == len(out) == 40
+    lane.add([Job("k0", "k", 8)], start_by=9.0)
+    assert lane.out("k") == 0  # every sender is out: k waits for the next one to come free
+    lane.done("a", ok=False)  # a hanging attempt of a's times out
+    assert out[-1] == "k0" and lane.sending == 40
+
+
+def test_without_a_reserve_the_pool_bounds_what_is_let_out() -> None:
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
+    lane.add([Job(f"{p}{n}", p, 6) for p in "abc" for n in range(8)], start_by=9.0)
+    assert lane.loan == 0 and lane.sending == len(out) == 6
+    lane.add([Job("d0", "d", 6)], start_by=9.0)
+    assert lane.out("d") == 0
+    lane.done("a", ok=False)
+    assert out[-1] == "d0"
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pool=st.integers(1, 12),
+    reserve=st.integers(0, 20),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["add", "finish", "reopen"]), st.integers(0, 5), st.integers(0, 1_000)),
+        max_size=80,
+    ),
+)
+def test_jobs_let_out_never_outnumber_the_senders_and_each_goes_out_once(
+    pool: int, reserve: int, steps: list[tuple[str, int, int]]
+) -> None:
+    """Claims, attempts finishing (delivered, failed or handed on) and turns in any order: the jobs
+    out never outnumber the senders nor a lane's slots, and once every attempt has ended and every
+    failure is logged, each job has gone out exactly once."""
+    partners = "abcdef"
+    in_flight: list[Job] = []
+    sent: list[str] = []
+
+    def let_out(started: tuple[float, Job]) -> None:
+        in_flight.append(started[1])
+        sent.append(started[1].name)
+
+    lane: Lanes[Job] = Lanes(let_out, pool=pool, senders=pool + reserve)
+    claimed = 0
+
+    def check() -> None:
+        assert lane.sending == len(in_flight) <= pool + reserve
+        for partner in partners:
+            assert lane.out(partner) == sum(job.partner_id == partner for job in in_flight)
+
+    for verb, which, number in steps:
+        partner = partners[which]
+        if verb == "add":
+            slots = 1 + number % 7
+            lane.add([Job(f"{partner}{claimed + n}", partner, slots) for n in range(number % 9)], start_by=9.0)
+            claimed += number % 9
+        elif verb == "finish" and in_flight:
+            job = in_flight.pop(number % len(in_flight))
+            if number % 3 == 0:
+                handed = lane.hand_on(job.partner_id)
+                if handed is not None:
+                    let_out(handed)
+            else:
+                lane.done(job.partner_id, ok=number % 3 == 1)
+        elif verb == "reopen":
+            lane.reopen(partners)
+        check()
+    while True:
+        lane.reopen(partners)  # a turn logs every failure
+        if not in_flight:
+            break
+        while in_flight:
+            lane.done(in_flight.pop().partner_id, ok=False)
+            check()
+    assert lane.parked == 0, "jobs parked with nothing out and every failure logged"
+    assert sorted(sent) == sorted(set(sent)) and len(sent) == claimed
 
 
 def test_a_lane_that_empties_gives_its_share_back_at_the_next_turn() -> None:

@@ -95,6 +95,14 @@ def test_a_partner_whose_cap_passes_the_concurrency_hanging_leaves_senders_to_th
     assert peak == most_slots(concurrency) == 6
 
 
+async def _onboard_and_publish(engine: Any, clock: Any, keyring: Any, name: str, url: str, count: int) -> None:
+    """Onboard a partner at the default cap, then publish ``count`` events (to every partner)."""
+    async with engine.begin() as conn:
+        await partners.create_partner(conn, partners.NewPartner(name, url, None, None), now=clock(), keyring=keyring)
+    for index in range(count):
+        await outbox.publish_event(engine, parse_event(room_claimed(f"{name}-{index}"), now=clock()), now=clock())
+
+
 def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_that_comes_later(
     database_url: str, clock: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -119,12 +127,7 @@ def test_partners_hanging_together_leave_a_quarter_of_the_senders_to_a_partner_t
                 pool = most_slots(concurrency)
                 hanging = await asyncio.to_thread(stuck.wait_for, lambda got: len(got) >= pool, 10)
                 assert hanging, f"the hanging partners got {len(stuck.requests)} attempts, not {pool}"
-                async with engine.begin() as conn:
-                    new = partners.NewPartner("healthy", healthy.url(), None, None)
-                    await partners.create_partner(conn, new, now=clock(), keyring=keyring)
-                for index in range(events):
-                    event = parse_event(room_claimed(f"later-{index}"), now=clock())
-                    await outbox.publish_event(engine, event, now=clock())
+                await _onboard_and_publish(engine, clock, keyring, "healthy", healthy.url(), events)
                 worker.wake.set()
                 return await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, 10)
             finally:
@@ -157,3 +160,74 @@ def test_the_line_saying_partners_are_held_to_their_shares_comes_once_an_hour_at
         worker._note_contention()
         said.append([record.levelname for record in caplog.records])
     assert said == [["WARNING"], ["INFO"], [], [], [], [], ["WARNING"], ["INFO"]]
+
+
+def test_a_partner_that_starts_hanging_after_another_takes_only_a_loan_of_the_senders_left(
+    database_url: str, clock: Any
+) -> None:
+    """8 senders: a hangs and holds the pool (6). b starts hanging after it: its share is 3, but the
+    pool is full, so the reserve lends it one sender, not three. Before loans b took 3, every sender
+    was held, and a healthy partner onboarded next waited an attempt's timeout (30 s here); now its
+    20 events go out on the sender the reserve still has while both hang."""
+    events = 20
+    concurrency = 8
+    config = Settings(database_url=database_url, **settings(receiver_timeout=30.0))
+    release = threading.Event()
+    with Receiver(Reply(hold=release)) as stuck, Receiver() as healthy:
+
+        async def scenario() -> bool:
+            engine = create_engine(database_url)
+            keyring = load_keyring(config)
+            worker = wiring.worker(engine, config, clock=clock, concurrency=concurrency)
+            await worker.start()
+            try:
+                pool = most_slots(concurrency)
+                await _onboard_and_publish(engine, clock, keyring, "a", stuck.url("/a"), 10)
+                worker.wake.set()
+                assert await asyncio.to_thread(stuck.wait_for, lambda got: len(got) >= pool, 10)
+                await _onboard_and_publish(engine, clock, keyring, "b", stuck.url("/b"), 10)
+                worker.wake.set()
+                assert await asyncio.to_thread(stuck.wait_for, lambda got: len(got) > pool, 10)
+                await _onboard_and_publish(engine, clock, keyring, "healthy", healthy.url(), events)
+                worker.wake.set()
+                return await asyncio.to_thread(healthy.wait_for, lambda got: len(got) >= events, 10)
+            finally:
+                release.set()
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        arrived = asyncio.run(scenario())
+        peaks = (stuck.peak["/a"], stuck.peak["/b"])
+    assert arrived, f"the healthy partner got {len(healthy.requests)} of {events} while two partners hung"
+    assert peaks == (6, 1)
+
+
+def test_an_attempt_that_raises_gives_its_slot_back_at_once(database_url: str, clock: Any) -> None:
+    """A partner at cap 1 is claimed ahead once its first delivery lands; its second attempt
+    raises. Nothing is logged for it (its claim holds until its lease ends), so no turn would free
+    its slot: the partner's jobs claimed ahead stayed parked until the worker stopped. Now the slot
+    goes on at once and they are delivered."""
+    config = Settings(database_url=database_url, **settings())
+    with Receiver() as receiver:
+
+        async def scenario() -> bool:
+            engine = create_engine(database_url)
+            await seed_outbox(engine, clock, [("one", receiver.url(), 1)], 6, load_keyring(config))
+            worker = wiring.worker(engine, config, clock=clock, concurrency=8)
+            attempt, attempts = worker.attempt, []
+
+            async def second_raises(job: Any) -> Any:
+                attempts.append(job.delivery_id)
+                if len(attempts) == 2:
+                    raise RuntimeError("a bug in the sender")
+                return await attempt(job)
+
+            worker.attempt = second_raises  # type: ignore[method-assign]
+            await worker.start()
+            try:
+                return await asyncio.to_thread(receiver.wait_for, lambda got: len(got) >= 4, 10)
+            finally:
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        assert asyncio.run(scenario()), f"{len(receiver.requests)} deliveries arrived, not the 4 claimed"

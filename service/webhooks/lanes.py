@@ -17,14 +17,19 @@ turn than it has slots, and once its circuit opens the turn takes its parked job
 **Shares.** The lanes together are held to ``pool`` senders (the worker's: all but a quarter of
 them, ``worker.most_slots``). While the partners with work want more than that between them, each
 lane holds at most its fair share (``fair_shares``: max-min, never less than one): partners that
-hang cannot take every sender together, however many they are, and the senders the pool leaves
-free go at once to a partner whose work has just arrived. A lane over its share after a claim (a
-newcomer took part of the pool) lets nothing more out until its attempts in flight come down to it.
-A newcomer that hangs too is not told apart: partners that start hanging one after another take
-their shares from the senders the pool keeps free, until the earlier lanes come down to theirs
-(one attempt timeout at most).
-Shares are worked out again at every claim and every turn that logs, from what each lane wants
+hang cannot take every sender together, however many they are. A lane over its share after a claim
+(a newcomer took part of the pool) lets nothing more out until its attempts in flight come down to
+it. Shares are worked out again at every claim and every turn that logs, from what each lane wants
 then (its slots, or fewer when it holds fewer jobs).
+
+**Loans.** Until the lanes over their shares come down (one attempt timeout at most, when they
+hang), the pool can be full while a newcomer is under its share. The senders the pool leaves free
+(the ``reserve``) then lend each lane a few (``loan``: an eighth of the reserve, 16 of 128, at
+least one) and no more: a partner whose work has just arrived starts at once, and a partner that
+starts hanging after the others can take no more than its loan from the reserve, so eight of them,
+one after another, leave the reserve to the next. Jobs let out never outnumber the senders, so
+none waits in the senders' queue behind hanging attempts; a lane stopped by the pool or the
+senders, not by its own share, waits its turn (``_waiting``) for the next sender to come free.
 
 Everything here is plain bookkeeping over deques, driven by the worker's single event loop: no
 locks, no I/O.
@@ -47,6 +52,8 @@ class Slotted(Protocol):
 
 
 J = TypeVar("J", bound=Slotted)
+
+LOANS = 8  # the reserve lends each lane an eighth of it at most (``Lanes`` "Loans")
 
 
 def fair_shares(wants: Sequence[int], pool: int) -> list[int]:
@@ -75,6 +82,7 @@ def fair_shares(wants: Sequence[int], pool: int) -> list[int]:
 
 @dataclass(slots=True)
 class _Lane(Generic[J]):
+    partner_id: str
     slots: int
     limit: int = 0  # jobs it may have out at once: its slots, or its share when that is less
     out: int = 0  # let out to the senders: waiting for one, or being attempted
@@ -86,11 +94,24 @@ class Lanes(Generic[J]):
     """One lane per partner; ``let_out`` receives each job, with the moment it must start by, as
     soon as it may be sent."""
 
-    def __init__(self, let_out: Callable[[tuple[float, J]], None], *, pool: int | None = None) -> None:
-        """``pool``: the senders the lanes may hold together (no bound when None)."""
+    def __init__(
+        self,
+        let_out: Callable[[tuple[float, J]], None],
+        *,
+        pool: int | None = None,
+        senders: int | None = None,
+    ) -> None:
+        """``pool``: the senders the lanes may hold together, shared fairly (no bound when None);
+        ``senders``: all of them, the pool and the reserve it leaves (the pool when None)."""
         self._let_out = let_out
         self._lanes: dict[str, _Lane[J]] = {}
         self._pool = pool
+        self._senders = senders if senders is not None else pool or 0
+        reserve = self._senders - (pool or 0)
+        self.loan = max(1, reserve // LOANS) if reserve > 0 else 0  # jobs a lane may borrow
+        self.sending = 0  # jobs let out, every lane together
+        # Lanes with room under their shares that the pool or the senders stopped, in turn.
+        self._waiting: dict[str, None] = {}
         self.parked = 0  # jobs held back, every lane together
         # The lanes wanted more than the pool at the last share: some are held to their shares.
         self.contended = False
@@ -101,7 +122,7 @@ class Lanes(Generic[J]):
         for job in jobs:
             lane = self._lanes.get(job.partner_id)
             if lane is None:
-                lane = self._lanes[job.partner_id] = _Lane(job.slots)
+                lane = self._lanes[job.partner_id] = _Lane(job.partner_id, job.slots)
             lane.slots = job.slots
             lane.parked.append((start_by, job))
             self.parked += 1
@@ -116,8 +137,11 @@ class Lanes(Generic[J]):
         the attempt failed (``ok`` False), which holds the slot empty until ``reopen``."""
         lane = self._lanes[partner_id]
         lane.out -= 1
+        self.sending -= 1
         if not ok:
             lane.failed += 1
+        if self._waiting:
+            self._serve_waiting()
         self._fill(lane)
         self._forget_if_empty(partner_id, lane)
 
@@ -198,6 +222,29 @@ class Lanes(Generic[J]):
 
     def _fill(self, lane: _Lane[J]) -> None:
         while lane.parked and lane.out + lane.failed < lane.limit:
+            if not self._free_for(lane):
+                self._waiting[lane.partner_id] = None
+                return
             lane.out += 1
+            self.sending += 1
             self.parked -= 1
             self._let_out(lane.parked.popleft())
+
+    def _free_for(self, lane: _Lane[J]) -> bool:
+        """Whether a sender is free for the lane's next job: the pool has room, or the reserve
+        lends the lane one (while it has fewer than a loan out)."""
+        if self._pool is None or self.sending < self._pool:
+            return True
+        return lane.out < self.loan and self.sending < self._senders
+
+    def _serve_waiting(self) -> None:
+        """A sender came free: the lanes waiting for one, in turn, take what they may."""
+        waiting, self._waiting = self._waiting, {}
+        for partner_id in waiting:
+            lane = self._lanes.get(partner_id)
+            if lane is None:
+                continue
+            if self.sending >= self._senders:  # none left: the rest keep their places
+                self._waiting[partner_id] = None
+                continue
+            self._fill(lane)

@@ -29,8 +29,8 @@ three quarters of the senders (``most_slots``): a partner whose cap reached the 
 concurrency took every sender while it hung, and a healthy partner waited a whole attempt timeout.
 The partners' lanes hold no more than that between them either, each its fair share while they
 want more (``Lanes(pool=...)``): several partners hanging together leave a quarter of the senders
-to a partner whose work arrives while they hang (partners that start hanging one after another can
-take it until the earlier ones' attempts time out).
+to a partner whose work arrives while they hang, and that quarter only lends (``Lanes.loan``, 16
+senders to a partner), so partners that start hanging one after another cannot take it all.
 
 A claimed job must start by its lease's end less one attempt (a timeout) and a second: the moment
 is read from the claim's own ``claimed_until`` (mapped onto the event loop's clock when the claim
@@ -262,7 +262,7 @@ class Worker:
         # One run's parts (set up by `run`).
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
         self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
-        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait, pool=self.max_slots)
+        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait, pool=self.max_slots, senders=self.concurrency)
         self._records: list[Settlement] = []
         # The deliveries of the records a failed turn put back in ``_records``: its commit may have
         # landed and settled them (``_still_claimed``).
@@ -335,7 +335,7 @@ class Worker:
         logged_before = self._run_logged_from = self.logged
         self.holder = new_claim_token()
         self._jobs = asyncio.Queue()
-        self.lanes = Lanes(self._jobs.put_nowait, pool=self.max_slots)
+        self.lanes = Lanes(self._jobs.put_nowait, pool=self.max_slots, senders=self.concurrency)
         self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
         self._contended = False
@@ -569,8 +569,11 @@ class Worker:
             finally:
                 self._in_flight -= 1
                 # Its slot goes to the partner's next job, sent by this sender (no hand-over
-                # through the queue), or after a failure waits for the turn.
-                if record is not None and record.outcome is AttemptOutcome.DELIVERED:
+                # through the queue), or after a failure waits for the turn that logs it; with
+                # nothing to log (the attempt raised), it goes on at once.
+                if record is None:
+                    self.lanes.done(job.partner_id)
+                elif record.outcome is AttemptOutcome.DELIVERED:
                     handed = self.lanes.hand_on(job.partner_id)
                 else:
                     self.lanes.done(job.partner_id, ok=False)
@@ -726,6 +729,7 @@ class Worker:
                     "an attempt could not be logged; its delivery goes out again when its claim expires",
                     extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
                 )
+                self.lanes.reopen([record.job.partner_id])  # no turn will: its slot is free
 
     def _drop_stale_records(self) -> None:
         """Records kept through an outage are dropped once their lease ended: their deliveries are
@@ -734,6 +738,7 @@ class Worker:
         stale = [record for record in self._records if record.job.claimed_until <= now]
         if stale:
             self._records = [record for record in self._records if record.job.claimed_until > now]
+            self.lanes.reopen({record.job.partner_id for record in stale})  # no turn will log them
             log.warning(
                 "attempts could not be logged before their claims expired", extra={"attempts": len(stale)}
             )
