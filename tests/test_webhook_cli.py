@@ -155,6 +155,17 @@ def _start_worker(
     return worker, base
 
 
+def _listed(capsys: pytest.CaptureFixture[str], within: float = 10.0) -> list[dict[str, Any]]:
+    """The workers command's rows once it lists one: a worker writes its row in the roster as its
+    loop starts, which may come a moment after its /readyz first answers."""
+    deadline = time.monotonic() + within
+    while True:
+        rows: list[dict[str, Any]] = run(capsys, "workers")[1]["workers"]
+        if rows or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.05)
+
+
 def _stop_worker(worker: subprocess.Popen[bytes]) -> list[dict[str, Any]]:
     """SIGTERM; the worker must exit 0. Its log lines, each a JSON object."""
     worker.send_signal(signal.SIGTERM)
@@ -242,7 +253,7 @@ def test_a_worker_keeps_its_attempts_in_flight_within_its_open_file_limit(
     allow and says so: past it, connects to healthy partners would fail and count against them."""
     worker, _ = _start_worker(env, concurrency=5000, open_files=512)
     try:
-        [row] = run(capsys, "workers")[1]["workers"]
+        [row] = _listed(capsys)
     finally:
         lines = _stop_worker(worker)
     assert row["concurrency"] == 512 - WORKER_OWN
