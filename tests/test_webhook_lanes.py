@@ -210,6 +210,25 @@ def test_a_partner_hanging_after_the_others_takes_its_loan_and_leaves_the_reserv
     assert out[-1] == "k0" and lane.sending == 40
 
 
+def test_a_lane_whose_last_attempt_got_no_answer_borrows_nothing_more() -> None:
+    """A pool of 6 of 8 senders, full. c and d borrow one each; c's attempt times out and d's is
+    answered 500: once the turn has logged them, d borrows again and c does not, so e, arriving
+    next, finds the sender c held free."""
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6, senders=8)
+    lane.add([Job(f"{p}{n}", p, 3) for p in "ab" for n in range(3)], start_by=9.0)
+    lane.add([Job(f"{p}{n}", p, 3) for p in "cd" for n in range(3)], start_by=9.0)
+    assert (lane.out("c"), lane.out("d"), lane.sending) == (1, 1, 8)
+    lane.done("c", ok=False, answered=False)
+    lane.done("d", ok=False)
+    lane.reopen(["c", "d"])
+    assert (lane.out("c"), lane.out("d"), lane.sending) == (0, 1, 7)
+    lane.add([Job("e0", "e", 3)], start_by=9.0)
+    assert out[-1] == "e0" and lane.sending == 8
+    lane.done("e")  # delivered, nothing parked: its sender goes to whoever may borrow it
+    assert lane.out("c") == 0 and lane.sending == 7
+
+
 def test_without_a_reserve_the_pool_bounds_what_is_let_out() -> None:
     out: list[str] = []
     lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=6)
@@ -265,7 +284,7 @@ def test_jobs_let_out_never_outnumber_the_senders_and_each_goes_out_once(
                 if handed is not None:
                     let_out(handed)
             else:
-                lane.done(job.partner_id, ok=number % 3 == 1)
+                lane.done(job.partner_id, ok=number % 3 == 1, answered=number % 2 == 0)
         elif verb == "reopen":
             lane.reopen(partners)
         check()

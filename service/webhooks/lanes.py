@@ -26,10 +26,13 @@ then (its slots, or fewer when it holds fewer jobs).
 hang), the pool can be full while a newcomer is under its share. The senders the pool leaves free
 (the ``reserve``) then lend each lane a few (``loan``: an eighth of the reserve, 16 of 128, at
 least one) and no more: a partner whose work has just arrived starts at once, and a partner that
-starts hanging after the others can take no more than its loan from the reserve, so eight of them,
-one after another, leave the reserve to the next. Jobs let out never outnumber the senders, so
-none waits in the senders' queue behind hanging attempts; a lane stopped by the pool or the
-senders, not by its own share, waits its turn (``_waiting``) for the next sender to come free.
+starts hanging after the others can take no more than its loan from the reserve, so it takes eight
+of them, one after another, to use the reserve up; and a lane whose last attempt to end got no
+answer (it timed out, say) borrows nothing more until one is delivered, so the hanging give their
+loans back within one attempt timeout and the reserve is the newcomers' again. Jobs let out
+never outnumber the senders, so none waits in the senders' queue behind hanging attempts; a lane
+stopped by the pool or the senders, not by its own share, waits its turn (``_waiting``) for the
+next sender to come free.
 
 Everything here is plain bookkeeping over deques, driven by the worker's single event loop: no
 locks, no I/O.
@@ -87,6 +90,7 @@ class _Lane(Generic[J]):
     limit: int = 0  # jobs it may have out at once: its slots, or its share when that is less
     out: int = 0  # let out to the senders: waiting for one, or being attempted
     failed: int = 0  # slots held empty by failed attempts until the next turn logs them
+    silent: bool = False  # its last attempt to end got no answer: the reserve lends it nothing
     parked: deque[tuple[float, J]] = field(default_factory=deque)  # (start by, job)
 
 
@@ -132,14 +136,17 @@ class Lanes(Generic[J]):
         for lane in grown:
             self._fill(lane)
 
-    def done(self, partner_id: str, *, ok: bool = True) -> None:
+    def done(self, partner_id: str, *, ok: bool = True, answered: bool = True) -> None:
         """A job let out has been attempted (or handed back): its slot goes to the next one, unless
-        the attempt failed (``ok`` False), which holds the slot empty until ``reopen``."""
+        the attempt failed (``ok`` False), which holds the slot empty until ``reopen``; a failed
+        attempt that got no answer (``answered`` False: it timed out, say) also stops the reserve
+        lending to the partner until one of its attempts is delivered."""
         lane = self._lanes[partner_id]
         lane.out -= 1
         self.sending -= 1
         if not ok:
             lane.failed += 1
+            lane.silent = not answered
         if self._waiting:
             self._serve_waiting()
         self._fill(lane)
@@ -150,6 +157,7 @@ class Lanes(Generic[J]):
         is returned (with its start-by moment) for the caller to send itself, in place of letting
         it out; None when none waits or the slot is no longer the partner's (as ``done``)."""
         lane = self._lanes[partner_id]
+        lane.silent = False
         if lane.parked and lane.out + lane.failed <= lane.limit:
             self.parked -= 1
             return lane.parked.popleft()
@@ -232,10 +240,11 @@ class Lanes(Generic[J]):
 
     def _free_for(self, lane: _Lane[J]) -> bool:
         """Whether a sender is free for the lane's next job: the pool has room, or the reserve
-        lends the lane one (while it has fewer than a loan out)."""
+        lends the lane one (while it has fewer than a loan out, and its last attempt to end was
+        answered: a partner that hangs borrows once, for one attempt timeout)."""
         if self._pool is None or self.sending < self._pool:
             return True
-        return lane.out < self.loan and self.sending < self._senders
+        return not lane.silent and lane.out < self.loan and self.sending < self._senders
 
     def _serve_waiting(self) -> None:
         """A sender came free: the lanes waiting for one, in turn, take what they may."""

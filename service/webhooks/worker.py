@@ -576,7 +576,7 @@ class Worker:
                 elif record.outcome is AttemptOutcome.DELIVERED:
                     handed = self.lanes.hand_on(job.partner_id)
                 else:
-                    self.lanes.done(job.partner_id, ok=False)
+                    self.lanes.done(job.partner_id, ok=False, answered=record.status_code is not None)
             first = not self._records
             if first:
                 self._first_record_at = loop.time()
