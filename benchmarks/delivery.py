@@ -16,7 +16,7 @@ The targets: service throughput at least 0.5 of the plain client's, and latency 
                                   [--database-url postgresql://user@host/db]
                                   [--isolation EVENTS [--isolation-rounds 3] [--isolation-control]]
     python -m benchmarks.delivery --coalition EVENTS [--coalition-partners 4] [--coalition-cap 128]
-                                  [--coalition-apart]
+                                  [--coalition-apart] [--coalition-latency MS]
 
 ``--isolation`` publishes a burst of EVENTS to a healthy partner beside K = 0, 1 and 10 partners
 that never answer, in rounds side by side; the target: beside them, at least 0.9 of its rate and
@@ -29,7 +29,9 @@ default concurrency); then a healthy partner (the default cap) is onboarded and 
 published to everyone. The healthy partner's rate and p99 against the same steps with no hanging
 partner, alternating for ``--rounds``; the target: at least 0.9 of both. With ``--coalition-apart``
 the hanging partners start hanging one after another: each is onboarded and given work once the
-ones before it hold what they will.
+ones before it hold what they will. With ``--coalition-latency MS`` the healthy partner answers each
+POST after MS milliseconds, as a partner across a network does: its rate then follows the attempts
+it may have in flight, which a loopback partner answering at once hardly needs.
 
 With ``--batch EVENTS`` it measures batched delivery instead: a burst of EVENTS room.trending
 events stored for one partner, drained by the worker, first with the partner unbatched (one POST
@@ -67,6 +69,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -116,6 +119,8 @@ def serve_receiver(port: int) -> None:
     posts = [0]
 
     async def hook(request: web.Request) -> web.Response:
+        if "ms" in request.match_info:  # a partner across a network: the answer takes this long
+            await asyncio.sleep(int(request.match_info["ms"]) / 1000)
         document = json.loads(await request.read())
         now = time.time()
         posts[0] += 1
@@ -156,6 +161,7 @@ def serve_receiver(port: int) -> None:
     app = web.Application()
     app.router.add_post("/hook", hook)
     app.router.add_post("/hook/{n}", hook)
+    app.router.add_post("/slow/{ms}", hook)
     app.router.add_post("/hang/{n}", hang)
     app.router.add_get("/stats", stats)
     app.router.add_get("/hanging", hung)
@@ -445,13 +451,21 @@ def _beside(hanging: int, published: float, arrivals: dict[str, float]) -> Besid
 
 
 async def beside_coalition(
-    database_url: str, base: str, hanging: int, cap: int, events: int, *, apart: bool = False
+    database_url: str,
+    base: str,
+    hanging: int,
+    cap: int,
+    events: int,
+    *,
+    apart: bool = False,
+    latency_ms: int = 0,
 ) -> Beside:
     """``hanging`` partners at cap ``cap`` that never answer take the worker's senders (as many as
     they may: before shares, every one once their caps passed the worker's concurrency); then a
     healthy partner is onboarded (the default cap) and a burst of ``events`` is published to
     everyone. The healthy partner's view, as ``beside_hanging``'s; 0 hanging: it alone. ``apart``:
-    each hanging partner is onboarded and given work once the ones before it hold what they will."""
+    each hanging partner is onboarded and given work once the ones before it hold what they will.
+    ``latency_ms``: the healthy partner answers each POST that long after it comes."""
     from service.db import tables
     from service.keyring import parse_keys
     from service.webhooks import partners
@@ -495,7 +509,8 @@ async def beside_coalition(
             if hanging:
                 print(f"    {await _hanging(session, base)} attempts hang", file=sys.stderr)
             async with engine.begin() as conn:  # type: ignore[attr-defined]
-                new = partners.NewPartner(name="healthy", url=f"{base}/hook", events=None)
+                url = f"{base}/slow/{latency_ms}" if latency_ms else f"{base}/hook"
+                new = partners.NewPartner(name="healthy", url=url, events=None)
                 await partners.create_partner(conn, new, now=_now(), keyring=keyring)
             await backlog(engine, events, prefix=f"coal{hanging}", chunk=events)
             published = time.time()
@@ -516,14 +531,17 @@ async def _hanging(session: aiohttp.ClientSession, base: str) -> int:
 async def run_coalition(args: argparse.Namespace, base: str, database_url: str) -> int:
     """Rounds of the healthy partner alone and beside the coalition, side by side; the best of each."""
     k, cap, apart = args.coalition_partners, args.coalition_cap, args.coalition_apart
+    latency = args.coalition_latency
+    round_of = functools.partial(beside_coalition, database_url, base, cap=cap, events=args.coalition)
     runs = []
     for _ in range(args.rounds):
         for hanging in (0, k):
-            runs.append(await beside_coalition(database_url, base, hanging, cap, args.coalition, apart=apart))
+            runs.append(await round_of(hanging=hanging, apart=apart, latency_ms=latency))
     backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
     how = "one after another" if apart else "together"
     print(f"coalition: {k} partners at cap {cap} that never answer, claimed {how}, hold the worker's "
-          f"senders (its default concurrency); then a healthy partner (the default cap) is onboarded and "
+          f"senders (its default concurrency); then a healthy partner (the default cap"
+          f"{f', answering in {latency} ms' if latency else ''}) is onboarded and "
           f"{args.coalition} events are published in a burst; {backend}, {args.rounds} rounds (alone "
           "and beside alternate)")  # fmt: skip
     for number, r in enumerate(runs):
@@ -1002,6 +1020,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--coalition-apart", action="store_true", help="the hanging partners start hanging one after another"
     )
+    parser.add_argument(
+        "--coalition-latency", type=int, default=0, metavar="MS",
+        help="the healthy partner answers each POST this many milliseconds after it comes",
+    )  # fmt: skip
     parser.add_argument(
         "--isolation-rounds", type=int, default=3, help="rounds of K = 0, 1, 10; the best counts"
     )

@@ -330,11 +330,13 @@ def test_instruction_benchmark_times_each_part_at_full_speed() -> None:
     assert int(rows["plain"][6]) <= 100 and int(rows["send"][6]) <= 100
 
 
-@pytest.mark.parametrize("apart", [[], ["--coalition-apart"]], ids=["together", "apart"])
+@pytest.mark.parametrize(
+    "apart", [[], ["--coalition-apart"], ["--coalition-latency", "2"]], ids=["together", "apart", "latency"]
+)
 def test_delivery_benchmark_runs_the_coalition_rounds(apart: list[str]) -> None:
     """`python -m benchmarks.delivery --coalition` onboards a healthy partner once the hanging ones
     (claimed together, or one after another) hold the senders they may, alone and beside them in
-    turn, and prints both ratios."""
+    turn, and prints both ratios; with a latency, the healthy partner answers that much later."""
     completed = subprocess.run(
         [sys.executable, "-m", "benchmarks.delivery", "--coalition", "50", "--coalition-partners", "2",
          "--coalition-cap", "8", "--rounds", "1", *apart],
@@ -350,7 +352,8 @@ def test_delivery_benchmark_runs_the_coalition_rounds(apart: list[str]) -> None:
     [best] = [line for line in lines if line.startswith("best: beside")]
     assert "rate ratio" in best and "p99 ratio" in best
     [title] = [line for line in lines if line.startswith("coalition:")]
-    assert ("claimed one after another" if apart else "claimed together") in title
+    assert ("claimed one after another" if "--coalition-apart" in apart else "claimed together") in title
+    assert ("answering in 2 ms" in title) == ("--coalition-latency" in apart)
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
