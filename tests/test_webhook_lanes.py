@@ -186,8 +186,10 @@ def test_lanes_over_the_pool_hold_their_shares_and_a_newcomer_borrows_from_the_r
     lane.done("a")
     assert out[-1] == "c1"  # c waited first: it has the sender
     assert lane.hand_on("b") is None  # b's delivered attempt does not pass its slot on: 3 out, share 2
-    assert out[-1] == "a3" and lane.out("b") == 2  # it went to a, under its share
-    assert lane.sending == 6
+    # The slot went to a, under its share; then b, delivering, borrowed one past its share from
+    # the reserve, which keeps its other half (one sender) free.
+    assert out[-2:] == ["a3", "b3"]
+    assert (lane.out("a"), lane.out("b"), lane.sending) == (2, 3, 7)
 
 
 def test_a_partner_hanging_after_the_others_takes_its_loan_and_leaves_the_reserve() -> None:
@@ -227,6 +229,74 @@ def test_a_lane_whose_last_attempt_got_no_answer_borrows_nothing_more() -> None:
     assert out[-1] == "e0" and lane.sending == 8
     lane.done("e")  # delivered, nothing parked: its sender goes to whoever may borrow it
     assert lane.out("c") == 0 and lane.sending == 7
+
+
+def _beside_six_hanging() -> tuple[Lanes[Job], list[str]]:
+    """A pool of 48 of 64 senders (loans of 2, half the reserve 8), held whole by six partners
+    hanging at 8 each; then a healthy partner's claim of 20 at cap 8, whose share is 6."""
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=48, senders=64)
+    lane.add([Job(f"{p}{n}", p, 8) for p in "abcdef" for n in range(10)], start_by=9.0)
+    lane.add([Job(f"h{n}", "h", 8) for n in range(20)], start_by=9.0)
+    assert (lane.sending, lane.share("h"), lane.out("h")) == (50, 6, 2)  # its loans
+    return lane, out
+
+
+def test_a_lane_held_to_its_share_borrows_past_it_once_it_delivers() -> None:
+    """Beside partners that hang, a healthy partner's share (6 of its 8 slots) left the rest of the
+    reserve idle: 64 partners hanging at cap 8 gave a newcomer 5 of its 8, 0.75 of its rate alone.
+    Once an attempt of its is delivered, it borrows up to its slots; the hanging, which deliver
+    nothing, borrow nothing past their shares."""
+    lane, out = _beside_six_hanging()
+    handed = lane.hand_on("h")
+    assert handed is not None and handed[1].name == "h2"
+    assert lane.out("h") == 8 and out[-6:] == ["h3", "h4", "h5", "h6", "h7", "h8"]
+    assert [lane.out(p) for p in "abcdef"] == [8] * 6 and lane.sending == 56
+
+
+def test_lanes_past_their_shares_leave_half_the_reserve_free() -> None:
+    """A second healthy partner, delivering, borrows only what is left of the first half of the
+    reserve; a newcomer still gets its loans from the other half."""
+    lane, _ = _beside_six_hanging()
+    lane.hand_on("h")
+    assert lane.sending == 56
+    lane.add([Job(f"k{n}", "k", 8) for n in range(20)], start_by=9.0)
+    assert lane.out("k") == 2 and lane.sending == 58  # under its share: its loans
+    assert lane.hand_on("k") is not None and lane.out("k") == 2  # delivering, but half is taken
+    lane.add([Job("n0", "n", 8), Job("n1", "n", 8)], start_by=9.0)
+    assert lane.out("n") == 2 and lane.sending == 60
+
+
+def test_a_lane_that_stops_delivering_borrows_past_its_share_no_more() -> None:
+    """Its attempt failed: the lane lets nothing more out as its attempts end (the pool is the
+    hanging partners', so only its loans are owed it) until one of its attempts is delivered."""
+    lane, out = _beside_six_hanging()
+    lane.hand_on("h")
+    lane.done("h", ok=False)
+    lane.reopen(["h"])
+    sent = len(out)
+    for _ in range(3):
+        lane.done("h")  # handed back unsent, say: no delivery
+    assert lane.out("h") == 4 and len(out) == sent
+    assert lane.hand_on("h") is not None and lane.out("h") == 8
+
+
+def test_how_a_partners_last_attempt_ended_outlives_its_lane() -> None:
+    """A partner's work often comes a claim at a time, and its lane empties in between: the next
+    claim's lane borrows past its share at once if its last attempt was delivered, and borrows
+    nothing if that attempt got no answer."""
+    out: list[str] = []
+    lane: Lanes[Job] = Lanes(lambda started: out.append(started[1].name), pool=48, senders=64)
+    lane.add([Job(f"{p}{n}", p, 8) for p in "abcdef" for n in range(10)], start_by=9.0)
+    lane.add([Job("h0", "h", 8), Job("s0", "s", 8)], start_by=9.0)  # on loans: the pool is full
+    assert lane.hand_on("h") is None and lane.out("h") == 0  # delivered; its lane empties
+    lane.done("s", ok=False, answered=False)  # timed out
+    lane.reopen(["s"])
+    assert lane.out("s") == 0
+    lane.add([Job(f"h{n}", "h", 8) for n in range(1, 20)], start_by=9.0)
+    assert (lane.share("h"), lane.out("h")) == (6, 8)
+    lane.add([Job(f"s{n}", "s", 8) for n in range(1, 20)], start_by=9.0)
+    assert lane.out("s") == 0
 
 
 def test_without_a_reserve_the_pool_bounds_what_is_let_out() -> None:

@@ -231,3 +231,44 @@ def test_an_attempt_that_raises_gives_its_slot_back_at_once(database_url: str, c
                 await engine.dispose()
 
         assert asyncio.run(scenario()), f"{len(receiver.requests)} deliveries arrived, not the 4 claimed"
+
+
+def test_a_healthy_partner_beside_partners_filling_the_pool_keeps_its_whole_cap(
+    database_url: str, clock: Any
+) -> None:
+    """64 senders: six partners at the default cap hang and fill the pool (48). A healthy partner
+    onboarded next has a share of 6 of its 8 slots, and while the pool is full the reserve lent it
+    2 (a loan): it stayed at 2 in flight however long the others hung (beside 64 partners hanging
+    at cap 8 with 512 senders, 5 of its 8). Once its first attempts are delivered it borrows past
+    its share up to its cap: here its later requests are held, and 8 of them are in at once."""
+    events = 20
+    concurrency = 64
+    config = Settings(database_url=database_url, **settings(receiver_timeout=30.0))
+    release = threading.Event()
+    with Receiver(Reply(hold=release)) as stuck, Receiver(Reply(hold=release)) as healthy:
+        healthy.script("/hook", 200, 200)  # its first two attempts are delivered at once
+
+        async def scenario() -> bool:
+            engine = create_engine(database_url)
+            keyring = load_keyring(config)
+            hanging = [(name, stuck.url(f"/{name}"), None) for name in "abcdef"]
+            await seed_outbox(engine, clock, hanging, 10, keyring)
+            worker = wiring.worker(engine, config, clock=clock, concurrency=concurrency)
+            await worker.start()
+            try:
+                pool = most_slots(concurrency)
+                assert await asyncio.to_thread(stuck.wait_for, lambda got: len(got) >= pool, 10)
+                await _onboard_and_publish(engine, clock, keyring, "healthy", healthy.url(), events)
+                worker.wake.set()
+                return await asyncio.to_thread(
+                    healthy.wait_for, lambda got: any(request.in_progress >= 8 for request in got), 10
+                )
+            finally:
+                release.set()
+                await worker.stop(grace=0)
+                await engine.dispose()
+
+        at_its_cap = asyncio.run(scenario())
+        peaks = [stuck.peak[f"/{name}"] for name in "abcdef"]
+    assert at_its_cap, f"the healthy partner had {healthy.peak['/hook']} attempts in flight at most, not 8"
+    assert peaks == [8] * 6

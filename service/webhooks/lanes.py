@@ -29,10 +29,15 @@ least one) and no more: a partner whose work has just arrived starts at once, an
 starts hanging after the others can take no more than its loan from the reserve, so it takes eight
 of them, one after another, to use the reserve up; and a lane whose last attempt to end got no
 answer (it timed out, say) borrows nothing more until one is delivered, so the hanging give their
-loans back within one attempt timeout and the reserve is the newcomers' again. Jobs let out
-never outnumber the senders, so none waits in the senders' queue behind hanging attempts; a lane
-stopped by the pool or the senders, not by its own share, waits its turn (``_waiting``) for the
-next sender to come free.
+loans back within one attempt timeout and the reserve is the newcomers' again. A lane whose last
+attempt to end was delivered may also borrow past its share, a loan's worth beyond it and never
+past its slots, while half the reserve is still free (``_lends_past_share``): a healthy partner
+beside many that hang keeps its whole cap, where its share alone gave it 5 of its 8 slots beside
+64 partners hanging at cap 8, and partners that deliver and then start hanging together can take
+no more than that half, leaving the rest to newcomers. How a partner's last attempt ended is kept
+when its lane empties, as its work often comes a claim at a time. Jobs let out never outnumber the
+senders, so none waits in the senders' queue behind hanging attempts; a lane stopped by the pool or
+the senders, not by its own share, waits its turn (``_waiting``) for the next sender to come free.
 
 Everything here is plain bookkeeping over deques, driven by the worker's single event loop: no
 locks, no I/O.
@@ -90,7 +95,6 @@ class _Lane(Generic[J]):
     limit: int = 0  # jobs it may have out at once: its slots, or its share when that is less
     out: int = 0  # let out to the senders: waiting for one, or being attempted
     failed: int = 0  # slots held empty by failed attempts until the next turn logs them
-    silent: bool = False  # its last attempt to end got no answer: the reserve lends it nothing
     parked: deque[tuple[float, J]] = field(default_factory=deque)  # (start by, job)
 
 
@@ -113,7 +117,15 @@ class Lanes(Generic[J]):
         self._senders = senders if senders is not None else pool or 0
         reserve = self._senders - (pool or 0)
         self.loan = max(1, reserve // LOANS) if reserve > 0 else 0  # jobs a lane may borrow
+        # Lanes past their shares borrow only while fewer jobs than this are let out: half the
+        # reserve stays free for the others.
+        self._past_share_until = self._senders - max(reserve, 0) // 2
         self.sending = 0  # jobs let out, every lane together
+        # How each partner's last attempt ended, kept when its lane empties (a partner's work often
+        # comes a claim at a time): delivered, it may borrow past its share; with no answer (it
+        # timed out, say), the reserve lends it nothing.
+        self._delivering: set[str] = set()
+        self._silent: set[str] = set()
         # Lanes with room under their shares that the pool or the senders stopped, in turn.
         self._waiting: dict[str, None] = {}
         self.parked = 0  # jobs held back, every lane together
@@ -146,7 +158,11 @@ class Lanes(Generic[J]):
         self.sending -= 1
         if not ok:
             lane.failed += 1
-            lane.silent = not answered
+            self._delivering.discard(partner_id)
+            if answered:
+                self._silent.discard(partner_id)
+            else:
+                self._silent.add(partner_id)
         if self._waiting:
             self._serve_waiting()
         self._fill(lane)
@@ -157,10 +173,14 @@ class Lanes(Generic[J]):
         is returned (with its start-by moment) for the caller to send itself, in place of letting
         it out; None when none waits or the slot is no longer the partner's (as ``done``)."""
         lane = self._lanes[partner_id]
-        lane.silent = False
+        self._silent.discard(partner_id)
+        self._delivering.add(partner_id)
         if lane.parked and lane.out + lane.failed <= lane.limit:
             self.parked -= 1
-            return lane.parked.popleft()
+            handed = lane.parked.popleft()
+            if lane.limit < lane.slots:  # held to its share: delivering, it may borrow past it
+                self._fill(lane)
+            return handed
         self.done(partner_id)
         return None
 
@@ -229,9 +249,11 @@ class Lanes(Generic[J]):
         return grown
 
     def _fill(self, lane: _Lane[J]) -> None:
-        while lane.parked and lane.out + lane.failed < lane.limit:
-            if not self._free_for(lane):
-                self._waiting[lane.partner_id] = None
+        while lane.parked:
+            held = lane.out + lane.failed
+            if not (held < lane.limit and self._free_for(lane)) and not self._lends_past_share(lane, held):
+                if held < lane.limit:
+                    self._waiting[lane.partner_id] = None
                 return
             lane.out += 1
             self.sending += 1
@@ -244,7 +266,18 @@ class Lanes(Generic[J]):
         answered: a partner that hangs borrows once, for one attempt timeout)."""
         if self._pool is None or self.sending < self._pool:
             return True
-        return not lane.silent and lane.out < self.loan and self.sending < self._senders
+        return lane.partner_id not in self._silent and lane.out < self.loan and self.sending < self._senders
+
+    def _lends_past_share(self, lane: _Lane[J], held: int) -> bool:
+        """Whether a lane held to its share (``held`` slots taken) may let one more job out past it:
+        its last attempt to end was delivered, it stays within its slots and a loan beyond its
+        share, and half the reserve is still free."""
+        return (
+            held < lane.slots
+            and lane.partner_id in self._delivering
+            and held - lane.limit < self.loan
+            and self.sending < self._past_share_until
+        )
 
     def _serve_waiting(self) -> None:
         """A sender came free: the lanes waiting for one, in turn, take what they may."""
