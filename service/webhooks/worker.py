@@ -261,8 +261,7 @@ class Worker:
         self.connection = HeldConnection(engine)
         # One run's parts (set up by `run`).
         self.holder = new_claim_token()  # this run's name on its claims (claimed_by)
-        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
-        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait, pool=self.max_slots, senders=self.concurrency)
+        self._new_lanes()
         self._records: list[Settlement] = []
         # The deliveries of the records a failed turn put back in ``_records``: its commit may have
         # landed and settled them (``_still_claimed``).
@@ -334,8 +333,7 @@ class Worker:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
         logged_before = self._run_logged_from = self.logged
         self.holder = new_claim_token()
-        self._jobs = asyncio.Queue()
-        self.lanes = Lanes(self._jobs.put_nowait, pool=self.max_slots, senders=self.concurrency)
+        self._new_lanes()
         self._records, self._expired, self._in_flight = [], [], 0
         self._nudge, self._drained = asyncio.Event(), False
         self._contended = False
@@ -413,6 +411,12 @@ class Worker:
             if jobs:  # one claim: every job has the same lease end
                 self.lanes.add(jobs, start_by=self._start_by(jobs[0].claimed_until, loop.time()))
                 self._note_contention()
+
+    def _new_lanes(self) -> None:
+        """An empty queue to the senders, and lanes that fill it: the partners' shares of
+        ``max_slots``, the reserve lending from the rest of the senders."""
+        self._jobs: asyncio.Queue[tuple[float, Job]] = asyncio.Queue()
+        self.lanes: Lanes[Job] = Lanes(self._jobs.put_nowait, pool=self.max_slots, senders=self.concurrency)
 
     def _start_by(self, claimed_until: datetime, now: float) -> float:
         """When (on the event loop's clock, read as ``now``) a job whose lease ends at
