@@ -54,9 +54,13 @@ cluster: $(STAMP)  ## nginx on :$(CLUSTER_PORT) in front of two servers and a wo
 migrate: $(STAMP)
 	$(BIN)/python -m service migrate
 
+# The suite runs on every core (up to TEST_PROCESSES), a file to a process: a notebook's cells run in
+# order in one kernel, and each process makes its own PostgreSQL database and Redis key prefix.
+TEST_PROCESSES ?= 4
 test: $(STAMP)  ## the whole suite: pytest over tests/, strict nbval over notebooks/
 	$(BIN)/python -m pytest tests notebooks --nbval --durations=15 \
-		--nbval-kernel-name python3 -p no:cacheprovider
+		--nbval-kernel-name python3 -p no:cacheprovider \
+		--numprocesses auto --maxprocesses $(TEST_PROCESSES) --dist loadfile
 
 lab: $(STAMP)  ## JupyterLab on the notebooks, with the project's environment
 	$(BIN)/python -m jupyter lab --notebook-dir notebooks $(LAB_ROOT) $(LAB_ARGS)

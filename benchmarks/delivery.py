@@ -648,7 +648,8 @@ class Cpu:
     """CPU seconds a message over a measured phase: this process's, the receiver's, and the rest of
     the machine's (on PostgreSQL, mostly the database's), with the machine's idle share (from
     /proc/stat), and the share of the phase this process and the receiver spent ready to run but
-    waiting for a core (from /proc/.../schedstat); None where Linux's /proc is not."""
+    waiting for a core (from /proc/.../schedstat, summed over each process's threads, so past 100 %
+    when several wait at once on a loaded machine); None where Linux's /proc is not."""
 
     own: float
     receiver: float

@@ -212,7 +212,9 @@ def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
             line,
         )
         assert waits is not None, line
-        assert all(0 <= int(share) <= 100 for share in waits.groups())
+        # Summed over each process's threads: past 100 % when several wait at once (the suite runs
+        # a process a core, so its machine is loaded).
+        assert all(int(share) >= 0 for share in waits.groups())
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
