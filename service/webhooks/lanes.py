@@ -251,8 +251,10 @@ class Lanes(Generic[J]):
     def _fill(self, lane: _Lane[J]) -> None:
         while lane.parked:
             held = lane.out + lane.failed
-            if not (held < lane.limit and self._free_for(lane)) and not self._lends_past_share(lane, held):
-                if held < lane.limit:
+            under_share = held < lane.limit
+            # A sender of the pool or a loan while under its share; past it, a loan once delivering.
+            if not ((under_share and self._free_for(lane)) or self._lends_past_share(lane, held)):
+                if under_share:  # stopped by the pool or the senders: its turn comes
                     self._waiting[lane.partner_id] = None
                 return
             lane.out += 1
