@@ -16,9 +16,10 @@ its protocol, a public option of ``app.prepare``) adds what is missing (docs/arc
   within ``BODY_WITHIN`` seconds of it, however slowly they trickle; otherwise the connection is
   closed;
 - a connection closed while the client is still sending (a head or a body refused before it was
-  read: 400, 413, 414, 431) closes in two steps, as nginx's lingering close does: the answer goes out
-  with a FIN after it, and what the client goes on sending is read and thrown away until it closes
-  its side, for ``LINGER_FOR`` seconds or ``LINGER_BYTES`` at most. Closed at once, with its bytes
+  read: 400, 413, 414, 431; any answer to a body over the limit that its route never read) closes
+  in two steps, as nginx's lingering close does: the answer goes out with a FIN after it, and
+  what the client goes on sending is read and thrown away until it closes its side, for
+  ``LINGER_FOR`` seconds or ``LINGER_BYTES`` at most. Closed at once, with its bytes
   unread, the socket would answer them with a reset, and the client's kernel could drop the answer
   it had not yet read.
 
@@ -339,32 +340,39 @@ class GuardedRequest(Request):
                 guard.refused()
             raise BadRequest("Bad Request")
         length = self.headers.get("content-length")
-        if length is not None and self._continues_past(length):
+        # Framing has checked that a Content-Length is ASCII digits.
+        over = length is not None and self._over_the_limit(length)
+        if over and self._expects_continue():
             # Refused before Sanic answers 100 Continue, which it does before it compares the
             # length with its limit: told to go on, the client would send a body only to have it
-            # thrown away. Framing has checked that a Content-Length is ASCII digits.
+            # thrown away.
             if guard is not None:
                 guard.refused()
             raise PayloadTooLarge()
+        chunked = "transfer-encoding" in self.headers
+        http = protocol.http if isinstance(protocol, HttpProtocol) else None
+        if (chunked or over) and http is not None:
+            # No request follows on this connection: none after a chunked one (above), and none
+            # after a body over the limit, which a route that reads it refuses with 413 and which
+            # Sanic will not skip for a route that answers without reading it (404, 405, 401, a
+            # GET). The answer says so (Connection: close) and the connection ends, so a client
+            # never sends its next request on it only to see it closed.
+            http.keep_alive = False
         if guard is not None:
-            chunked = "transfer-encoding" in self.headers
             guard.after_chunked = chunked
-            if chunked and guard.http is not None:
-                # No request follows a chunked one on this connection (above): its answer says so
-                # (Connection: close) and the connection ends, so a client never sends a next
-                # request only to have it refused.
-                guard.http.keep_alive = False
             with_body = chunked or (length is not None and length.strip() != "0")
             # Sanic drops the head (and its blank line) from the buffer after this: anything more
             # there is the next request.
             guard.headers_in(with_body, pipelined=len(guard.recv_buffer) > len(self.head) + 4)
 
-    def _continues_past(self, length: str) -> bool:
-        """Whether the client waits for 100 Continue before sending a body over the limit."""
+    def _expects_continue(self) -> bool:
+        """Whether the client waits for 100 Continue before sending its body."""
         expect = self.headers.get("expect")
-        if expect is None or expect.lower() != "100-continue":
-            return False
-        digits = length.strip()  # ASCII digits (framing): no int() of thousands of them
+        return expect is not None and expect.lower() == "100-continue"
+
+    def _over_the_limit(self, length: str) -> bool:
+        """Whether a Content-Length (ASCII digits, by framing) is over the body limit."""
+        digits = length.strip()  # no int() of thousands of digits
         return len(digits) > 15 or int(digits) > self.app.config.REQUEST_MAX_SIZE
 
     async def receive_body(self) -> None:

@@ -304,6 +304,44 @@ async def test_a_client_refused_mid_send_reads_its_answer(port: int, raw: bytes,
         assert b"connection: close" in received.partition(b"\r\n\r\n")[0].lower()
 
 
+UNREAD = [
+    pytest.param(b"PUT /agent.json", 405, id="method-not-allowed"),
+    pytest.param(b"POST /nothing-here", 404, id="not-found"),
+    pytest.param(b"GET /healthz", 200, id="a-route-that-reads-no-body"),
+]
+LAST = b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+
+
+@pytest.mark.parametrize(("line", "status"), UNREAD)
+async def test_an_answer_to_a_body_over_the_limit_that_was_not_read_says_close(
+    port: int, line: bytes, status: int
+) -> None:
+    """A route may answer before it reads a body (a 404, a 405, a GET); a body over the limit is
+    then never read to its end, and the connection cannot carry another request. Its answer says
+    so (Connection: close) and the next request is not taken, so a client that keeps connections
+    alive never sends one on a connection about to close."""
+    size = 100_000  # over the 64 KiB limit
+    raw = line + b" HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % size + b"a" * size
+    received = await answer_while_sending(port, raw + LAST)
+    head, _, rest = received.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 %d " % status), head[:40]
+    assert b"connection: close" in head.lower()
+    assert b"HTTP/1.1" not in rest  # the request after it was never answered
+
+
+@pytest.mark.parametrize(("line", "status"), UNREAD)
+def test_a_body_within_the_limit_that_was_not_read_keeps_the_connection(
+    port: int, line: bytes, status: int
+) -> None:
+    """Within the limit the unread body is skipped, and the connection serves the next request."""
+    raw = line + b" HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    answers = exchange(port, raw + LAST)
+    assert [(status, headers["connection"]) for status, headers in answers] == [
+        (status, "keep-alive"),
+        (200, "close"),
+    ]
+
+
 def test_refused_framing_writes_no_error_line(served: tuple[int, Path]) -> None:
     """Every refusal above is the client's fault: the server's log holds no ERROR line."""
     port, log = served
