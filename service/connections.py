@@ -340,7 +340,6 @@ class GuardedRequest(Request):
                 guard.refused()
             raise BadRequest("Bad Request")
         length = self.headers.get("content-length")
-        # Framing has checked that a Content-Length is ASCII digits.
         over = length is not None and self._over_the_limit(length)
         if over and self._expects_continue():
             # Refused before Sanic answers 100 Continue, which it does before it compares the

@@ -336,7 +336,7 @@ def test_a_body_within_the_limit_that_was_not_read_keeps_the_connection(
     """Within the limit the unread body is skipped, and the connection serves the next request."""
     raw = line + b" HTTP/1.1\r\nHost: x\r\n" + JSON + b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
     answers = exchange(port, raw + LAST)
-    assert [(status, headers["connection"]) for status, headers in answers] == [
+    assert [(answered, headers["connection"]) for answered, headers in answers] == [
         (status, "keep-alive"),
         (200, "close"),
     ]
