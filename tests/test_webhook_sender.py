@@ -221,6 +221,10 @@ OLDER = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
         (f"key={SECRET.removeprefix('whsec_')};", [SECRET], "key=[secret];"),  # without its prefix
         (f"{'x' * 240}{OLDER}", [SECRET, OLDER], f"{'x' * 240}[secret]"),  # where the cut would halve it
         ("yes sir", ["s"], "yes sir"),  # a key too short to be a secret is never looked for
+        (f"we still hold {OLDER}", [SECRET], "we still hold [secret]"),  # retired by a rotation
+        (f"{OLDER[:-1]}+ and {OLDER}x", [SECRET], f"{OLDER[:-1]}+ and [secret]x"),  # the issued form only
+        # Without its prefix a retired secret is 44 characters of base64, as a signature is: kept.
+        (f"expected {OLDER.removeprefix('whsec_')}", [SECRET], f"expected {OLDER.removeprefix('whsec_')}"),
     ],
 )
 async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, secrets: list[str], kept: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import re
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -377,7 +378,7 @@ class Sender:
 
 async def _excerpt(response: aiohttp.ClientResponse, timeout: float, secrets: Sequence[str]) -> str | None:
     """The first characters of the answer, as many as came within ``timeout``, with the partner's
-    own ``secrets`` in it redacted; the rest is never read into memory."""
+    own ``secrets``, and any secret in the issued form, redacted; the rest is never read into memory."""
     data = bytearray()
     content = response.content
     try:
@@ -393,11 +394,19 @@ async def _excerpt(response: aiohttp.ClientResponse, timeout: float, secrets: Se
     text = data.decode("utf-8", errors="replace")
     for secret in secrets:  # before the cut: a secret the cut would halve is all read here
         text = redacted(text, secret)
+    if SECRET_PREFIX in text:
+        text = _ISSUED_SECRET.sub(REDACTED, text)
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
     return readable(text[:EXCERPT_CHARS])
 
 
 REDACTED = "[secret]"
+# Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes), the
+# partner's live ones or not: a partner echoing a secret retired by a rotation (its verifier still
+# holds it, say) must not have it kept either, and a retired secret is no longer stored to look for.
+# Without its prefix, only the live secrets are known for what they are: 44 characters of base64
+# are also what a signature is, which a partner's error page should keep.
+_ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}=")
 # A key shorter than this is never looked for: redacting every "s" of an answer would hide what it
 # said, and a key so short is no secret. The service issues keys of 44 characters.
 _SHORTEST_REDACTED = 16
