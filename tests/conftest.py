@@ -196,13 +196,17 @@ MakeClient = Callable[..., Any]
 
 @pytest.fixture
 def make_client(sqlite_url: str, clock: ManualClock) -> MakeClient:
-    """Build an app from settings overrides and serve it for the length of a `with` block."""
+    """Build an app from settings overrides and serve it for the length of a `with` block
+    (``structured_logs=True``: logging as ``serve`` configures it, see tests/service_logs.py)."""
 
     @contextmanager
     def build(**overrides: Any) -> Iterator[Client]:
+        structured_logs = overrides.pop("structured_logs", False)
         options: dict[str, Any] = {"database_url": sqlite_url, "waitlist_rate_limit": "1000/minute"}
         options.update(overrides)
-        app = create_app(Settings(**options), clock=overrides.pop("clock", clock))
+        app = create_app(
+            Settings(**options), clock=overrides.pop("clock", clock), structured_logs=structured_logs
+        )
         with Client(app) as client:
             yield client
 

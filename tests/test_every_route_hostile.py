@@ -4,7 +4,8 @@ dropping the connection under a client that keeps it alive, and refuses it in it
 Each route gets a fixed, seeded run of requests: its own methods and two it may refuse; path
 parameters that are real ids, a NUL, invalid UTF-8 or far too long; query parameters the service
 reads and some it does not, with such values; JSON, form and garbage bodies, and first of all one
-over the body limit. A route added tomorrow is covered without a line here; the narrower
+over the body limit. Nothing it sends may be logged at WARNING or above, under the service's own
+log configuration. A route added tomorrow is covered without a line here; the narrower
 hostile-input tests hold what each answer says.
 """
 
@@ -15,6 +16,7 @@ import random
 import re
 from typing import Any
 
+from service_logs import lines, service_logs
 from webhook_helpers import AUTH, deliveries, onboard, publish, room_claimed, settings
 
 from service.bodies import MAX_BODY_BYTES
@@ -75,7 +77,8 @@ def in_its_shape(path: str, answer: Any) -> bool:
 def test_no_route_answers_hostile_input_with_a_server_error(make_client: Any, database_url: str) -> None:
     rnd = random.Random(20261129)
     failed = []
-    with make_client(**settings(database_url=database_url)) as client:
+    app_settings = settings(database_url=database_url)
+    with service_logs() as written, make_client(**app_settings, structured_logs=True) as client:
         partner_id = onboard(client, "http://127.0.0.1:9/hook")["id"]
         event_id = publish(client, room_claimed())["eventId"]
         ids = [partner_id, event_id, *(delivery["id"] for delivery in deliveries(client))]
@@ -103,3 +106,6 @@ def test_no_route_answers_hostile_input_with_a_server_error(make_client: Any, da
                 if answer.status >= 500 or (refused and not in_its_shape(path, answer)):
                     failed.append((method, url[:120], answer.status, answer.text[:120]))
     assert failed == []
+    # A client's mistakes are no operator's alarm: nothing is logged at WARNING or above.
+    assert [line for line in lines(written) if line["level"] not in ("debug", "info")] == []
+    assert any(line["logger"] == "service.audit" for line in lines(written))  # the lines were read

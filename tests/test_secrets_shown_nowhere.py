@@ -12,17 +12,12 @@ whole or without the ``whsec_`` prefix, nor a secret as it is sealed in the data
 
 from __future__ import annotations
 
-import copy
-import io
 import json
-import logging
-import logging.config
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
+from service_logs import service_logs
 from sqlalchemy import select
 from webhook_helpers import (
     ADMIN_TOKEN,
@@ -38,7 +33,6 @@ from webhook_helpers import (
     settings,
 )
 
-from service import logs
 from service.cli import main
 from service.db.tables import partner_secrets
 from service.webhooks.signing import SECRET_PREFIX
@@ -65,30 +59,6 @@ class Seen:
             for name, value in values.items()
             if value in text
         ]
-
-
-@contextmanager
-def logging_at_debug_to(buffer: io.StringIO) -> Iterator[None]:
-    """The service's own logging configuration (``logs.config``) at DEBUG, written to ``buffer``;
-    the loggers it touches are put back as they were afterwards."""
-    configured = copy.deepcopy(logs.config("DEBUG"))
-    configured["handlers"]["json"]["stream"] = buffer
-    names = ["", *configured["loggers"]]
-    before = {
-        name: (logger.level, logger.propagate, list(logger.handlers), list(logger.filters))
-        for name in names
-        for logger in [logging.getLogger(name)]
-    }
-    logging.config.dictConfig(configured)
-    try:
-        yield
-    finally:
-        for name, (level, propagate, handlers, filters) in before.items():
-            logger = logging.getLogger(name)
-            logger.setLevel(level)
-            logger.propagate = propagate
-            logger.handlers[:] = handlers
-            logger.filters[:] = filters
 
 
 def echo(*live: str, retired: tuple[str, ...] = ()) -> str:
@@ -138,8 +108,7 @@ def test_secrets_are_shown_only_in_the_answers_that_hand_them_over(
     seen = Seen()
     handed: list[str] = []  # every secret issued, in the answers (or output) that hand it over
     sealed: list[str] = []  # as stored, read before and after the restart
-    log_lines = io.StringIO()
-    options = settings(database_url=database_url, secrets_key=TEST_SECRETS_KEY)
+    options = settings(database_url=database_url, secrets_key=TEST_SECRETS_KEY, structured_logs=True)
     monkeypatch.setenv("SERVICE_DATABASE_URL", database_url)
     monkeypatch.setenv("SERVICE_SECRETS_KEY", TEST_SECRETS_KEY)
     monkeypatch.setenv("SERVICE_WEBHOOK_ALLOW_PRIVATE_URLS", "1")
@@ -150,9 +119,8 @@ def test_secrets_are_shown_only_in_the_answers_that_hand_them_over(
         seen.shown.append((f"command {' '.join(argv)}: {code}", err))
         return out
 
-    with logging_at_debug_to(log_lines), Receiver() as receiver:
-        # Commands configure logging for themselves: here, to the same DEBUG lines.
-        monkeypatch.setattr(logs, "configure", lambda level="INFO": None)
+    # The apps and the commands log as serve does, here at DEBUG, into one buffer.
+    with service_logs("DEBUG") as log_lines, Receiver() as receiver:
         with make_client(**options) as client:
             partner = onboard(client, receiver.url("/hook"), name="Echo")
             handed.append(partner["secret"])
