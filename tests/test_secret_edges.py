@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import update
+from sqlalchemy import delete, update
 from webhook_helpers import (
     ADMIN_TOKEN,
     AUTH,
@@ -30,12 +30,12 @@ from webhook_helpers import (
 
 from service.cli import main
 from service.clock import format_timestamp
-from service.db.tables import partner_secrets
+from service.db.tables import partner_secrets, secret_digests
 from service.keyring import KeyringError, key_file, load_keyring, parse_keys
 from service.settings import Settings
 from service.webhooks import partners
 from service.webhooks.operations import UNSIGNABLE
-from service.webhooks.signing import verify
+from service.webhooks.signing import secret_digest, verify
 from service.webhooks.worker import lease_for
 
 KEY_A = Fernet.generate_key().decode()
@@ -180,6 +180,31 @@ def test_live_secrets_counts_the_rows_stored(make_client: Any, database_url: str
         assert counted() == (1, 1)
         _discard(client, partner["id"])
         assert counted() == (0, 0)
+
+
+def test_the_digests_of_secrets_stored_before_they_were_kept_are_written_at_start(
+    make_client: Any, database_url: str
+) -> None:
+    """Onboarding and rotation keep each secret's digest; a secret stored without one (before
+    migration 0016) gets it when a process next starts and opens the secrets (``wiring.seal``)."""
+
+    async def kept(client: Any, partner_id: str) -> frozenset[str]:
+        async with client.app.ctx.engine.connect() as conn:
+            return await partners.digests(conn, partner_id)
+
+    async def forget(client: Any) -> None:
+        async with client.app.ctx.engine.begin() as conn:
+            await conn.execute(delete(secret_digests))
+
+    with make_client(**settings(secrets_key=KEY_A), database_url=database_url) as client:
+        partner = onboard(client, "http://127.0.0.1:9/hook")
+        rotated = client.post(f"/admin/partners/{partner['id']}/rotate-secret", headers=AUTH).json["secret"]
+        issued = {secret_digest(partner["secret"]), secret_digest(rotated)}
+        assert client.run(kept(client, partner["id"])) == issued
+        client.run(forget(client))
+        assert client.run(kept(client, partner["id"])) == frozenset()
+    with make_client(**settings(secrets_key=KEY_A), database_url=database_url) as client:
+        assert client.run(kept(client, partner["id"])) == issued
 
 
 # --- the worker -------------------------------------------------------------------------------

@@ -15,7 +15,8 @@ import aiohttp
 import pytest
 
 from service.clock import ManualClock
-from service.webhooks.send import MAX_INFORMATIONAL, Sender, StaleConnection
+from service.webhooks.send import MAX_INFORMATIONAL, Sender, StaleConnection, without_secrets
+from service.webhooks.signing import secret_digest
 from tests.certificates import self_signed
 from tests.processes import ROOT
 
@@ -243,6 +244,25 @@ async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, s
     async with server, Sender(timeout=10, allow_private=True, clock=ManualClock()) as sender:
         attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=secrets)
     assert (attempt.status_code, attempt.response_excerpt) == (500, kept)
+
+
+RETIRED = OLDER.removeprefix("whsec_")
+SIGNATURE = "v1,K7gNU3sdo+OL0wNhqoVWhr3g6s1xYv72ol/pe/Unols="  # 32 bytes of base64, as a key is
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        (f"expected {RETIRED}", "expected [secret]"),  # retired by a rotation, known by its digest
+        (f"got {SIGNATURE}", f"got {SIGNATURE}"),  # a signature: no digest of the partner's
+        (f"a={SECRET} b={RETIRED}", "a=[secret] b=[secret]"),  # live and retired together
+        ("short answer", "short answer"),
+    ],
+)
+def test_a_retired_secret_echoed_without_its_prefix_is_known_by_its_digest(text: str, kept: str) -> None:
+    """The service keeps the digest of every secret it issued, not the secret: a bare key whose
+    digest is the partner's is written ``[secret]``, any other 44 characters of base64 kept."""
+    assert without_secrets(text, [SECRET], {secret_digest(SECRET), secret_digest(OLDER)}) == kept
 
 
 async def test_a_partner_answering_in_one_byte_chunks_is_read_no_further_than_the_excerpt_needs(

@@ -122,6 +122,16 @@ partner_secrets = Table(
     Column("expires_at", UTCDateTime()),  # NULL: the current secret
 )
 Index("ix_partner_secrets_partner_id", partner_secrets.c.partner_id)
+# What is kept of every secret issued once the secret itself is deleted: the SHA-256 of its key
+# (signing.secret_digest). A partner that echoes a secret its rotation retired, without the whsec_
+# prefix, is known by it, and the excerpt of its answer keeps "[secret]" in its place (send.py).
+secret_digests = Table(
+    "secret_digests",
+    metadata,
+    Column("partner_id", String(40), ForeignKey("partners.id", ondelete="CASCADE"), primary_key=True),
+    Column("digest", String(64), primary_key=True),
+    Column("created_at", UTCDateTime(), nullable=False),
+)
 
 events = Table(
     "events",

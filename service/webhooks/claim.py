@@ -61,7 +61,7 @@ from ulid import ULID
 
 from service.clock import Clock
 from service.db import locks
-from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners
+from service.db.tables import UTCDateTime, deliveries, events, partner_secrets, partners, secret_digests
 from service.keyring import Keyring, UnreadableSecret
 from service.states import CLAIMABLE, DeliveryStatus, PartnerStatus
 from service.webhooks.batching import form_batches, next_formed
@@ -94,6 +94,7 @@ class Job(NamedTuple):
     probe: bool = False  # claimed while its partner's circuit was half-open
     batch: bool = False  # a batch's own delivery: its members follow it when it settles
     slots: int = 1  # its partner's attempts this holder may have in flight at once, as of the claim
+    digests: frozenset[str] = frozenset()  # of every secret its partner was issued (send's excerpt)
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
@@ -358,8 +359,13 @@ _CLAIMED_JOBS = (
     )
     .order_by(deliveries.c.created_at, deliveries.c.event_id, deliveries.c.partner_id)
 )
-# The stored secrets of the partners one claim took, newest first, found by what the claim wrote
-# (as above). Each is opened once per claim, not once per delivery.
+# The partners one claim took, found by what the claim wrote (as above).
+_CLAIMED_PARTNERS = select(deliveries.c.partner_id).where(
+    _claimable(deliveries),
+    deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
+    deliveries.c.claim_token == bindparam("b_token"),
+)
+# Their stored secrets, newest first: each is opened once per claim, not once per delivery.
 _CLAIMED_SECRETS = (
     select(
         partner_secrets.c.id,
@@ -367,17 +373,23 @@ _CLAIMED_SECRETS = (
         partner_secrets.c.secret,
         partner_secrets.c.expires_at,
     )
-    .where(
-        partner_secrets.c.partner_id.in_(
-            select(deliveries.c.partner_id).where(
-                _claimable(deliveries),
-                deliveries.c.next_attempt_at == bindparam("b_until", type_=UTCDateTime()),
-                deliveries.c.claim_token == bindparam("b_token"),
-            )
-        )
-    )
+    .where(partner_secrets.c.partner_id.in_(_CLAIMED_PARTNERS))
     .order_by(partner_secrets.c.id.desc())
 )
+# The digests of every secret they were issued (partners.record_digests), for their answers.
+_CLAIMED_DIGESTS = select(secret_digests.c.partner_id, secret_digests.c.digest).where(
+    secret_digests.c.partner_id.in_(_CLAIMED_PARTNERS)
+)
+
+
+async def _claimed_digests(
+    conn: AsyncConnection, *, token: str, until: datetime
+) -> dict[str, frozenset[str]]:
+    """Partner id -> the digests of every secret it was issued, for the partners one claim took."""
+    found: dict[str, set[str]] = {}
+    for partner_id, digest in await conn.execute(_CLAIMED_DIGESTS, {"b_until": until, "b_token": token}):
+        found.setdefault(partner_id, set()).add(digest)
+    return {partner_id: frozenset(each) for partner_id, each in found.items()}
 
 
 async def _claimed_secrets(
@@ -491,6 +503,8 @@ async def claim_due(
         return []
     rows = (await conn.execute(_CLAIMED_JOBS, params)).all()
     signing = await _claimed_secrets(conn, token=token, until=until, now=now, keyring=keyring)
+    known = await _claimed_digests(conn, token=token, until=until)
+    none: frozenset[str] = frozenset()
     jobs = []
     # Unpacked in _CLAIMED_JOBS's column order: a turn builds hundreds of jobs, and reading each
     # column by name costs more than the rest of building one.
@@ -512,6 +526,7 @@ async def claim_due(
                 bool(probe),
                 bool(batch),
                 slots,
+                known.get(partner_id, none),
             )
         )
     if len(jobs) < len(rows):  # rare: a partner's secrets discarded, or sealed under a dropped key

@@ -319,9 +319,12 @@ class Operations:
             partner = await partners.get_partner(conn, partner_id)
             if partner is None:
                 raise unknown_partner()
+            digests = await partners.digests(conn, partner_id)
         if not secrets:
             raise StateConflict(UNSIGNABLE)
-        delivery = await send_test(self.sender, partner_id=partner.id, url=partner.url, secrets=secrets)
+        delivery = await send_test(
+            self.sender, partner_id=partner.id, url=partner.url, secrets=secrets, digests=digests
+        )
         return test_result(delivery)
 
     async def rotate_secret(self, partner_id: str, data: Mapping[str, Any] | None = None) -> Document:

@@ -32,18 +32,18 @@ from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.clock import format_timestamp
-from service.db.tables import deliveries, partner_secrets, partners
+from service.db.tables import deliveries, partner_secrets, partners, secret_digests
 from service.events import EVENT_MODELS
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
-from service.keyring import SEALED, Keyring
+from service.keyring import SEALED, Keyring, UnreadableSecret
 from service.states import DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
 from service.text import line_fault, text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
 from service.webhooks.breaker import BreakerState, Change, circuit, resumed
 from service.webhooks.notify import notify
-from service.webhooks.signing import SECRET_PREFIX
+from service.webhooks.signing import SECRET_PREFIX, secret_digest
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
 
 PARTNER_PREFIX = "ptn"
@@ -351,14 +351,48 @@ async def create_partner(
             updated_at=now,
         )
     )
-    await _add_secret(conn, partner.id, keyring.seal(secret or new_secret()), now=now)
+    await _add_secret(conn, partner.id, secret or new_secret(), now=now, keyring=keyring)
     return partner
 
 
-async def _add_secret(conn: AsyncConnection, partner_id: str, sealed: str, *, now: datetime) -> None:
+async def _add_secret(
+    conn: AsyncConnection, partner_id: str, secret: str, *, now: datetime, keyring: Keyring
+) -> None:
+    """Store ``secret`` sealed as the partner's current one, and its digest for good."""
+    sealed = keyring.seal(secret)
     await conn.execute(
         partner_secrets.insert().values(partner_id=partner_id, secret=sealed, created_at=now, expires_at=None)
     )
+    await conn.execute(
+        secret_digests.insert().values(partner_id=partner_id, digest=secret_digest(secret), created_at=now)
+    )
+
+
+async def digests(conn: AsyncConnection, partner_id: str) -> frozenset[str]:
+    """The digests of every secret the partner was issued (``signing.secret_digest``)."""
+    mine = secret_digests.c.partner_id == partner_id
+    return frozenset(await conn.scalars(select(secret_digests.c.digest).where(mine)))
+
+
+async def record_digests(conn: AsyncConnection, keyring: Keyring, *, now: datetime) -> int:
+    """Write the digest of each stored secret that has none (one stored before digests were kept),
+    opening it with ``keyring``; how many. A secret no key opens is left as it is."""
+    kept = set(await conn.execute(select(secret_digests.c.partner_id, secret_digests.c.digest)))
+    missing = set()
+    for partner_id, stored in await conn.execute(_STORED):
+        try:
+            digest = secret_digest(keyring.open(stored))
+        except UnreadableSecret:
+            continue
+        if (partner_id, digest) not in kept:
+            missing.add((partner_id, digest))
+    for partner_id, digest in sorted(missing):
+        row = {"partner_id": partner_id, "digest": digest, "created_at": now}
+        await conn.execute(secret_digests.insert().values(row))
+    return len(missing)
+
+
+_STORED = select(partner_secrets.c.partner_id, partner_secrets.c.secret)
 
 
 # Each stored secret's expiry, none for the current one: what listings count, never the secrets.
@@ -486,7 +520,7 @@ async def rotate_secret(
         .values(expires_at=ends)
     )
     await conn.execute(delete(partner_secrets).where(mine, _expired(now)))
-    await _add_secret(conn, partner_id, keyring.seal(fresh), now=now)
+    await _add_secret(conn, partner_id, fresh, now=now, keyring=keyring)
     if held is None:
         await _waiting_due_now(conn, partner_id, now)
         await notify(conn)  # its waiting deliveries are claimable now

@@ -10,11 +10,13 @@ follows no redirect, is bounded by ``Settings.webhook_timeout``, and comes back 
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
 import json
 import re
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, NamedTuple
@@ -305,9 +307,17 @@ class Sender:
         await self.close()
 
     async def send(
-        self, *, url: str, event: str, delivery_id: str, body: bytes, secrets: Sequence[str]
+        self,
+        *,
+        url: str,
+        event: str,
+        delivery_id: str,
+        body: bytes,
+        secrets: Sequence[str],
+        digests: Collection[str] = (),
     ) -> Attempt:
-        """POST ``body`` signed with every secret (newest first); never raises for the partner's sake."""
+        """POST ``body`` signed with every secret (newest first); never raises for the partner's sake.
+        ``digests``: of every secret the partner was issued, to know a retired one in its answer."""
         if self._session is None:
             raise RuntimeError("the sender is not open")
         started_at = self._clock()
@@ -320,12 +330,13 @@ class Sender:
             timestamp=int(started_at.timestamp()),
         )
         headers["Content-Type"] = "application/json"
+        redact = functools.partial(without_secrets, secrets=secrets, digests=digests)
         try:
             target = _target(url, self._allow_private)
             timeout = self._timeout
             for tried in range(1, STALE_TRIES + 1):
                 try:
-                    status, retry_after, excerpt = await self._post(target, body, headers, timeout, secrets)
+                    status, retry_after, excerpt = await self._post(target, body, headers, timeout, redact)
                     break
                 except StaleConnection:  # closed with nothing sent on it: the request goes on another
                     if tried == STALE_TRIES:
@@ -359,7 +370,7 @@ class Sender:
         body: bytes,
         headers: dict[str, str],
         timeout: aiohttp.ClientTimeout,
-        secrets: Sequence[str],
+        redact: Callable[[str], str],
     ) -> tuple[int, float | None, str | None]:
         """One POST, within ``timeout``: the answer's status, its Retry-After in seconds, and its excerpt."""
         assert self._session is not None
@@ -370,15 +381,18 @@ class Sender:
             header = response.headers.get("Retry-After")
             # The clock is read only when there is a header to read it against.
             retry_after = parse_retry_after(header, self._clock()) if header is not None else None
-            return status, retry_after, await _excerpt(response, self._excerpt_timeout, secrets)
+            return status, retry_after, await _excerpt(response, self._excerpt_timeout, redact)
 
     def _ms_since(self, began: float) -> int:
         return round((self._timer() - began) * 1000)
 
 
-async def _excerpt(response: aiohttp.ClientResponse, timeout: float, secrets: Sequence[str]) -> str | None:
+async def _excerpt(
+    response: aiohttp.ClientResponse, timeout: float, redact: Callable[[str], str]
+) -> str | None:
     """The first characters of the answer, as many as came within ``timeout``, with the partner's
-    own ``secrets``, and any secret in the issued form, redacted; the rest is never read into memory."""
+    secrets written ``[secret]`` by ``redact`` (``without_secrets``); the rest is never read into
+    memory."""
     data = bytearray()
     content = response.content
     try:
@@ -391,22 +405,41 @@ async def _excerpt(response: aiohttp.ClientResponse, timeout: float, secrets: Se
         pass  # the status already arrived; a body cut short does not change what it said
     if not data:
         return None
-    text = data.decode("utf-8", errors="replace")
-    for secret in secrets:  # before the cut: a secret the cut would halve is all read here
-        text = redacted(text, secret)
-    if SECRET_PREFIX in text:
-        text = _ISSUED_SECRET.sub(REDACTED, text)
+    # Before the cut: a secret the cut would halve is all read here.
+    text = redact(data.decode("utf-8", errors="replace"))
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
     return readable(text[:EXCERPT_CHARS])
 
 
 REDACTED = "[secret]"
-# Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes), the
-# partner's live ones or not: a partner echoing a secret retired by a rotation (its verifier still
-# holds it, say) must not have it kept either, and a retired secret is no longer stored to look for.
-# Without its prefix, only the live secrets are known for what they are: 44 characters of base64
-# are also what a signature is, which a partner's error page should keep.
+# Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes),
+# whoever it belongs to, and the bare key alone (44 characters of base64, as a signature is).
 _ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}=")
+_BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}=")
+
+
+def without_secrets(text: str, secrets: Sequence[str], digests: Collection[str] = ()) -> str:
+    """``text`` with the partner's secrets written ``[secret]``: its live ``secrets``, whole or
+    without their ``whsec_`` prefix (``redacted``); any value in the issued form, whoever's it is;
+    and a bare key whose digest is in ``digests`` (``signing.secret_digest``), so a secret its
+    rotation retired, which the service no longer holds, is known too. A partner echoing a secret
+    (an error page quoting the key it expected, its verifier still holding an old one) must not
+    have it kept in the attempt log, where listings and the console show it. Other 44-character
+    base64 values, such as signatures, are kept: they are what a partner's error page explains."""
+    for secret in secrets:
+        text = redacted(text, secret)
+    if SECRET_PREFIX in text:
+        text = _ISSUED_SECRET.sub(REDACTED, text)
+    if digests and len(text) >= _KEY_CHARS:
+        text = _BARE_KEY.sub(lambda found: REDACTED if _digest(found[0]) in digests else found[0], text)
+    return text
+
+
+_KEY_CHARS = 44
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(base64.b64decode(key)).hexdigest()
 # A key shorter than this is never looked for: redacting every "s" of an answer would hide what it
 # said, and a key so short is no secret. The service issues keys of 44 characters.
 _SHORTEST_REDACTED = 16
@@ -437,7 +470,9 @@ class TestDelivery:
     attempt: Attempt
 
 
-async def send_test(sender: Sender, *, partner_id: str, url: str, secrets: Sequence[str]) -> TestDelivery:
+async def send_test(
+    sender: Sender, *, partner_id: str, url: str, secrets: Sequence[str], digests: Collection[str] = ()
+) -> TestDelivery:
     """A signed ``webhook.test`` delivery, sent once, now; for checking an endpoint and its verifier."""
     event_id = new_event_id()
     delivery_id = new_delivery_id()
@@ -452,6 +487,6 @@ async def send_test(sender: Sender, *, partner_id: str, url: str, secrets: Seque
         separators=(",", ":"),
     ).encode()
     attempt = await sender.send(
-        url=url, event=TEST_EVENT, delivery_id=delivery_id, body=body, secrets=secrets
+        url=url, event=TEST_EVENT, delivery_id=delivery_id, body=body, secrets=secrets, digests=digests
     )
     return TestDelivery(delivery_id=delivery_id, event_id=event_id, attempt=attempt)

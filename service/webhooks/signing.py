@@ -136,6 +136,13 @@ def standard_key(secret: str) -> bytes:
     return secret.encode("utf-8")
 
 
+def secret_digest(secret: str) -> str:
+    """The SHA-256 of ``secret``'s Standard Webhooks key, in hex: what the service keeps of every
+    secret it issued, after the secret itself is deleted, to know it again in a partner's answer
+    (``send``). A key of 32 random bytes cannot be found from it."""
+    return hashlib.sha256(standard_key(secret)).hexdigest()
+
+
 def standard_webhooks_secret(secret: str) -> str:
     """What to hand a Standard Webhooks library: ``whsec_`` + the standard base64 of the key.
 

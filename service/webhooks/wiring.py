@@ -19,7 +19,7 @@ from service.clock import Clock, Timer, utc_now
 from service.keyring import Keyring, KeyringError, load_keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.webhooks.partners import seal_plaintext, unopened_secrets
+from service.webhooks.partners import record_digests, seal_plaintext, unopened_secrets
 from service.webhooks.send import Sender
 from service.webhooks.ssrf import Resolve, system_resolve
 from service.webhooks.worker import CONCURRENCY, DEPTH, POLL_INTERVAL, Worker
@@ -75,7 +75,8 @@ async def seal(engine: AsyncEngine, keyring: Keyring, *, now: datetime | None = 
     file made afresh beside a restored database: raises ``KeyringError`` before anything is sealed
     under it, as partners onboarded or rotated under it would be signed for by no other process.
     Some unopened among others opened is a key dropped too soon: a warning, and their partners
-    wait (``claim``) while everyone else is delivered."""
+    wait (``claim``) while everyone else is delivered. Secrets stored before their digests were
+    kept get them here (``partners.record_digests``)."""
     async with engine.connect() as conn:
         stored, unopened = await unopened_secrets(conn, keyring, now=now or utc_now())
     if stored and len(unopened) == stored:
@@ -88,7 +89,9 @@ async def seal(engine: AsyncEngine, keyring: Keyring, *, now: datetime | None = 
             stored,
         )
     async with engine.begin() as conn:
-        return await seal_plaintext(conn, keyring)
+        sealed = await seal_plaintext(conn, keyring)
+        await record_digests(conn, keyring, now=now or utc_now())
+        return sealed
 
 
 async def keyring(engine: AsyncEngine, settings: Settings) -> Keyring:

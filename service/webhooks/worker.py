@@ -796,5 +796,6 @@ class Worker:
             delivery_id=job.delivery_id,
             body=job.body,
             secrets=job.secrets,
+            digests=job.digests,
         )
         return settle.decide(job, attempt, policy=self.policy, rng=self.rng, now=self.clock())
