@@ -10,9 +10,7 @@ follows no redirect, is bounded by ``Settings.webhook_timeout``, and comes back 
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
-import hashlib
 import json
 import re
 import time
@@ -31,7 +29,7 @@ from service.events import format_occurred_at, new_event_id
 from service.text import readable
 from service.webhooks.outbox import new_delivery_id
 from service.webhooks.retry import Verdict, parse_retry_after, verdict_for
-from service.webhooks.signing import SECRET_PREFIX, signature_headers
+from service.webhooks.signing import SECRET_PREFIX, secret_digest, signature_headers
 from service.webhooks.ssrf import (
     ForbiddenAddress,
     GuardedResolver,
@@ -416,6 +414,7 @@ REDACTED = "[secret]"
 # whoever it belongs to, and the bare key alone (44 characters of base64, as a signature is).
 _ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}=")
 _BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}=")
+_KEY_CHARS = 44
 
 
 def without_secrets(text: str, secrets: Sequence[str], digests: Collection[str] = ()) -> str:
@@ -431,15 +430,14 @@ def without_secrets(text: str, secrets: Sequence[str], digests: Collection[str] 
     if SECRET_PREFIX in text:
         text = _ISSUED_SECRET.sub(REDACTED, text)
     if digests and len(text) >= _KEY_CHARS:
-        text = _BARE_KEY.sub(lambda found: REDACTED if _digest(found[0]) in digests else found[0], text)
+        text = _BARE_KEY.sub(lambda found: REDACTED if _digest_of(found[0]) in digests else found[0], text)
     return text
 
 
-_KEY_CHARS = 44
+def _digest_of(key: str) -> str:
+    return secret_digest(SECRET_PREFIX + key)
 
 
-def _digest(key: str) -> str:
-    return hashlib.sha256(base64.b64decode(key)).hexdigest()
 # A key shorter than this is never looked for: redacting every "s" of an answer would hide what it
 # said, and a key so short is no secret. The service issues keys of 44 characters.
 _SHORTEST_REDACTED = 16
