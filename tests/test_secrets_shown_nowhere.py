@@ -115,7 +115,8 @@ def test_secrets_are_shown_only_in_the_answers_that_hand_them_over(
     def command(*argv: str) -> str:
         code = main(list(argv))
         out, err = capsys.readouterr()
-        seen.shown.append((f"command {' '.join(argv)}: {code}", err))
+        assert code == 0, (argv, err)
+        seen.shown.append((f"command {' '.join(argv)}, its errors", err))
         return out
 
     # The apps and the commands log as serve does, here at DEBUG, into one buffer.
@@ -188,7 +189,9 @@ def test_secrets_are_shown_only_in_the_answers_that_hand_them_over(
             receiver.script("/hook", Reply(502, body=echo(*handed)))
             publish(client, room_claimed("third"))
             assert drain(client) == 1
-            for argv in (("partners", "list"), ("partners", "show", partner["id"]), ("deliveries", "list")):
+            reads = [("partners", "list"), ("partners", "show", partner["id"]), ("deliveries", "list")]
+            reads += [("workers",), ("waitlist", "export"), ("secrets", "re-encrypt")]
+            for argv in reads:
                 seen.shown.append((f"command {' '.join(argv)}", command(*argv)))
 
             sealed += client.run(stored(client))
