@@ -5,6 +5,7 @@ configuration error naming the file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
-from sqlalchemy import delete, update
+from sqlalchemy import delete, select, text, update
 from webhook_helpers import (
     ADMIN_TOKEN,
     AUTH,
@@ -205,6 +206,59 @@ def test_the_digests_of_secrets_stored_before_they_were_kept_are_written_at_star
         assert client.run(kept(client, partner["id"])) == frozenset()
     with make_client(**settings(secrets_key=KEY_A), database_url=database_url) as client:
         assert client.run(kept(client, partner["id"])) == issued
+
+
+def test_processes_starting_together_each_keep_the_missing_digests_once(
+    empty_postgres: str, clock: Any
+) -> None:
+    """Servers and workers started together after an upgrade each find the old secrets' digests
+    missing; the second to write one waits for the first and goes on, its start not failed."""
+    from service.db.engine import create_engine
+
+    keyring = parse_keys(KEY_A)
+
+    async def race() -> tuple[int, int, int]:
+        engine = create_engine(empty_postgres)
+        try:
+            async with engine.begin() as conn:
+                new = partners.NewPartner("Old", "http://127.0.0.1:9/hook", None, None)
+                await partners.create_partner(conn, new, now=clock(), keyring=keyring)
+                await conn.execute(delete(secret_digests))
+            first = await engine.connect()
+            second = await engine.connect()
+            try:
+                await first.begin()
+                await second.begin()
+                written = await partners.record_digests(first, keyring, now=clock())
+                waiting = asyncio.ensure_future(partners.record_digests(second, keyring, now=clock()))
+                await _blocked_on_a_lock(engine)  # the second has reached its write, behind the first
+                await first.commit()
+                also = await waiting
+                await second.commit()
+            finally:
+                await first.close()
+                await second.close()
+            async with engine.connect() as conn:
+                kept = len((await conn.execute(select(secret_digests))).all())
+        finally:
+            await engine.dispose()
+        return written, also, kept
+
+    assert asyncio.run(race()) == (1, 0, 1)
+
+
+async def _blocked_on_a_lock(engine: Any) -> None:
+    """Return once a session of this database waits on a lock (at most 10 s)."""
+    waiting = text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    async with engine.connect() as conn:
+        for _ in range(1000):
+            if await conn.scalar(waiting):
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("no session waited on a lock")
 
 
 # --- the worker -------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from sqlalchemy import and_, bindparam, delete, select, update
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -386,13 +387,20 @@ async def record_digests(conn: AsyncConnection, keyring: Keyring, *, now: dateti
             continue
         if (partner_id, digest) not in kept:
             missing.add((partner_id, digest))
+    written = 0
     for partner_id, digest in sorted(missing):
         row = {"partner_id": partner_id, "digest": digest, "created_at": now}
-        await conn.execute(secret_digests.insert().values(row))
-    return len(missing)
+        written += (await conn.execute(_KEEP_DIGEST[conn.dialect.name].values(row))).rowcount
+    return written
 
 
 _STORED = select(partner_secrets.c.partner_id, partner_secrets.c.secret)
+# Processes starting together (servers and workers after an upgrade) may each find a digest
+# missing: the first to write it keeps it, and the others' starts go on.
+_KEEP_DIGEST = {
+    name: dialect.insert(secret_digests).on_conflict_do_nothing()
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
 
 
 # Each stored secret's expiry, none for the current one: what listings count, never the secrets.
