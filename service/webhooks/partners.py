@@ -356,6 +356,14 @@ async def create_partner(
     return partner
 
 
+# A digest is written once: processes starting together (servers and workers after an upgrade) may
+# each find one missing, and a secret handed in again (``rotate_secret(secret=...)``) has one.
+_KEEP_DIGEST = {
+    name: dialect.insert(secret_digests).on_conflict_do_nothing()
+    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
+}
+
+
 async def _add_secret(
     conn: AsyncConnection, partner_id: str, secret: str, *, now: datetime, keyring: Keyring
 ) -> None:
@@ -364,9 +372,8 @@ async def _add_secret(
     await conn.execute(
         partner_secrets.insert().values(partner_id=partner_id, secret=sealed, created_at=now, expires_at=None)
     )
-    await conn.execute(
-        secret_digests.insert().values(partner_id=partner_id, digest=secret_digest(secret), created_at=now)
-    )
+    digest = {"partner_id": partner_id, "digest": secret_digest(secret), "created_at": now}
+    await conn.execute(_KEEP_DIGEST[conn.dialect.name].values(digest))
 
 
 async def digests(conn: AsyncConnection, partner_id: str) -> frozenset[str]:
@@ -395,12 +402,6 @@ async def record_digests(conn: AsyncConnection, keyring: Keyring, *, now: dateti
 
 
 _STORED = select(partner_secrets.c.partner_id, partner_secrets.c.secret)
-# Processes starting together (servers and workers after an upgrade) may each find a digest
-# missing: the first to write it keeps it, and the others' starts go on.
-_KEEP_DIGEST = {
-    name: dialect.insert(secret_digests).on_conflict_do_nothing()
-    for name, dialect in (("postgresql", postgresql), ("sqlite", sqlite))
-}
 
 
 # Each stored secret's expiry, none for the current one: what listings count, never the secrets.
