@@ -118,6 +118,19 @@ def test_taking_back_a_stopped_partners_jobs_leaves_the_others() -> None:
     assert lane.parked == 0
 
 
+def test_each_lane_names_its_first_parked_job_the_one_claimed_earliest() -> None:
+    """What the worker compares with its partner's revision: a lane parks in claim order."""
+    lane, _ = lanes()
+    lane.add([Job("a1"), Job("a2"), Job("a3"), Job("b1", "b")], start_by=9.0)
+    lane.add([Job("a4"), Job("b2", "b"), Job("b3", "b"), Job("c1", "c")], start_by=9.0)
+    assert [(partner, job.name) for partner, job in lane.first_parked()] == [("a", "a3"), ("b", "b3")]
+    handed = lane.hand_on("a")
+    assert handed is not None and handed[1].name == "a3"
+    assert dict((partner, job.name) for partner, job in lane.first_parked()) == {"a": "a4", "b": "b3"}
+    lane.take_back("a")
+    assert [partner for partner, _ in lane.first_parked()] == ["b"]
+
+
 @pytest.mark.parametrize("slots", [1, 3, 8])
 def test_no_more_than_its_slots_are_out_at_once_whatever_the_order(slots: int) -> None:
     """Jobs let out are attempted and finish in any order: out never exceeds slots, and every job

@@ -107,6 +107,10 @@ partners = Table(
     Column("circuit_cooldown", Float),
     # Batched delivery (service.webhooks.batching): JSON {"events", "maxEvents", "maxWaitSeconds"}.
     Column("batch", Text),
+    # Counted up by every change to what a claim reads to send its deliveries (status, URL,
+    # secrets, cap, batch policy, a circuit opening): a worker hands back the deliveries it claimed
+    # ahead under an older revision (service.webhooks.worker). Migration 0017.
+    Column("revision", Integer, nullable=False, server_default="0"),
 )
 
 # Every secret a partner's deliveries are signed with: the current one (expires_at NULL) and

@@ -95,6 +95,7 @@ class Job(NamedTuple):
     batch: bool = False  # a batch's own delivery: its members follow it when it settles
     slots: int = 1  # its partner's attempts this holder may have in flight at once, as of the claim
     digests: frozenset[str] = frozenset()  # of every secret its partner was issued (send's excerpt)
+    revision: int = 0  # its partner's as of the claim (``partners.REVISED``): newer, it goes back
 
     def __repr__(self) -> str:  # never the secrets
         return f"Job({self.delivery_id}, attempt={self.attempt})"
@@ -348,6 +349,7 @@ _CLAIMED_JOBS = (
         # time, which would go through the column type's own conversion for every row.
         partners.c.circuit_open_until.is_not(None).label("probe"),
         _slots(_CLAIMED_NOW).label("slots"),
+        partners.c.revision,
     )
     .join(events, events.c.id == deliveries.c.event_id)
     .join(partners, partners.c.id == deliveries.c.partner_id)
@@ -508,7 +510,8 @@ async def claim_due(
     jobs = []
     # Unpacked in _CLAIMED_JOBS's column order: a turn builds hundreds of jobs, and reading each
     # column by name costs more than the rest of building one.
-    for delivery_id, attempts, event_id, kind, payload, batch, partner_id, url, probe, slots in rows:
+    for row in rows:
+        delivery_id, attempts, event_id, kind, payload, batch, partner_id, url, probe, slots, revision = row
         if partner_id not in signing:
             continue  # nothing to sign with (see _claimed_secrets): handed back below
         jobs.append(
@@ -527,6 +530,7 @@ async def claim_due(
                 bool(batch),
                 slots,
                 known.get(partner_id, none),
+                revision,
             )
         )
     if len(jobs) < len(rows):  # rare: a partner's secrets discarded, or sealed under a dropped key

@@ -201,8 +201,8 @@ class Lanes(Generic[J]):
             self._fill(lane)
 
     def take_back(self, partner_id: str) -> list[J]:
-        """The partner's parked jobs, removed (its circuit opened, or it was paused or disabled);
-        jobs already let out are not recalled."""
+        """The partner's parked jobs, removed (its circuit opened, it was paused, disabled or
+        removed, or its URL or secrets changed); jobs already let out are not recalled."""
         lane = self._lanes.get(partner_id)
         if lane is None or not lane.parked:
             return []
@@ -211,6 +211,13 @@ class Lanes(Generic[J]):
         self.parked -= len(taken)
         self._forget_if_empty(partner_id, lane)
         return taken
+
+    def first_parked(self) -> Iterator[tuple[str, J]]:
+        """Each partner with parked jobs, and the first of them: the one its worker claimed
+        earliest, as a lane parks jobs in the order they were claimed."""
+        for partner_id, lane in self._lanes.items():
+            if lane.parked:
+                yield partner_id, lane.parked[0][1]
 
     def take_all(self) -> Iterator[J]:
         """Every parked job, removed (the worker is stopping)."""

@@ -42,7 +42,7 @@ from service.states import DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
 from service.text import line_fault, text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
-from service.webhooks.breaker import BreakerState, Change, circuit, resumed
+from service.webhooks.breaker import STOPPING, BreakerState, Change, circuit, resumed
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX, secret_digest
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
@@ -318,6 +318,23 @@ async def check_destination(url: str, *, allow_private: bool, resolve: Resolve =
 # --- storage ----------------------------------------------------------------------------------
 
 
+# Written with every change to what a claim reads to send a partner's deliveries: its status, URL,
+# secrets, cap and batch policy, and its circuit opening. A worker compares the revision its
+# parked jobs were claimed under with the partner's now (``revisions``) and hands back the stale
+# ones, so a pause, a removal, a new URL or a new secret reaches deliveries claimed ahead of it.
+REVISED = {"revision": partners.c.revision + 1}
+_CLAIM_READS = frozenset({"url", "max_in_flight"})  # of the columns a change may set (a name does not)
+_REVISIONS = select(partners.c.id, partners.c.revision).where(
+    partners.c.id.in_(bindparam("b_ids", expanding=True))
+)
+
+
+async def revisions(conn: AsyncConnection, partner_ids: Collection[str]) -> dict[str, int]:
+    """Each partner's revision now (``REVISED``)."""
+    found = await conn.execute(_REVISIONS, {"b_ids": list(partner_ids)})
+    return {partner_id: revision for partner_id, revision in found}
+
+
 async def create_partner(
     conn: AsyncConnection,
     new: NewPartner,
@@ -435,7 +452,7 @@ async def set_status(
     conn: AsyncConnection, partner_id: str, status: PartnerStatus, *, now: datetime
 ) -> Partner | None:
     """Pause or resume; the write comes first so SQLite never upgrades a read lock."""
-    values: dict[str, Any] = {"status": status, "updated_at": now}
+    values: dict[str, Any] = {"status": status, "updated_at": now, **REVISED}
     if (
         status == PartnerStatus.ACTIVE
     ):  # a resume starts the partner afresh: circuit closed, no failures counted
@@ -490,7 +507,7 @@ async def set_batch(
     result = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
-        .values(batch=policy.dumps() if policy is not None else None, updated_at=now)
+        .values(batch=policy.dumps() if policy is not None else None, updated_at=now, **REVISED)
     )
     return bool(result.rowcount)
 
@@ -516,7 +533,7 @@ async def rotate_secret(
     result = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
-        .values(updated_at=now)
+        .values(updated_at=now, **REVISED)
     )
     if result.rowcount == 0:
         return None
@@ -607,10 +624,11 @@ async def update_partner(
     Deliveries not yet sent go to the new URL (claims read it); new events follow the new filter;
     deliveries already made for earlier events stay as they are.
     """
+    revised = REVISED if _CLAIM_READS.intersection(change.values) else {}
     changed = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
-        .values(**change.values, updated_at=now)
+        .values(**change.values, updated_at=now, **revised)
     )
     return await get_partner(conn, partner_id) if changed.rowcount else None
 
@@ -636,7 +654,7 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     removed = await conn.execute(
         update(partners)
         .where(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
-        .values(status=PartnerStatus.REMOVED, updated_at=now)
+        .values(status=PartnerStatus.REMOVED, updated_at=now, **REVISED)
     )
     if not removed.rowcount:
         return None
@@ -709,6 +727,8 @@ async def apply(conn: AsyncConnection, effects: Sequence[PartnerEffect], *, now:
         if effect.pause or effect.disable:
             status = PartnerStatus.PAUSED if effect.pause else PartnerStatus.DISABLED
             values.update(status=status, updated_at=now)
+        if effect.pause or effect.disable or STOPPING.intersection(effect.changes):
+            values.update(REVISED)  # what a worker claimed ahead for it goes back (``REVISED``)
         if values:
             await conn.execute(update(partners).where(partners.c.id == effect.partner_id).values(**values))
 
@@ -738,6 +758,7 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
         .values(
             status=PartnerStatus.ACTIVE,
             updated_at=now,
+            **REVISED,
             consecutive_failures=breaker.consecutive_failures,
             failing_since=breaker.failing_since,
             circuit_open_until=breaker.open_until,

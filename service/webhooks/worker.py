@@ -636,6 +636,7 @@ class Worker:
             async with self._db_lock, self.connection.transaction() as conn:
                 if uncertain:
                     records = await self._still_claimed(conn, records, uncertain)
+                expired.extend(await self._changed_since_claim(conn))
                 effects = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
@@ -679,6 +680,25 @@ class Worker:
             max_slots=self.max_slots,
             clock=self.clock,
         )
+
+    async def _changed_since_claim(self, conn: AsyncConnection) -> list[Job]:
+        """Take back the parked jobs of partners changed since their claim (``partners.REVISED``):
+        paused, disabled or removed, a circuit opened (by another worker too), a new URL, secret,
+        cap or batch policy. Handed back in this turn, what is still claimable is claimed again as
+        the partner now is. Only attempts let out before the turn go as they were claimed."""
+        first = dict(self.lanes.first_parked())
+        if not first:
+            return []
+        # A lane parks in claim order and a revision only grows: its first job has the oldest.
+        now = await partners.revisions(conn, first)
+        changed = [partner_id for partner_id, job in first.items() if now.get(partner_id) != job.revision]
+        taken = [job for partner_id in changed for job in self.lanes.take_back(partner_id)]
+        if taken:
+            log.info(
+                "partners changed since their deliveries were claimed; handing those not yet sent back",
+                extra={"partners": len(changed), "deliveries": len(taken)},
+            )
+        return taken
 
     async def _still_claimed(
         self, conn: AsyncConnection, records: list[Settlement], uncertain: set[str]
