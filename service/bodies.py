@@ -177,8 +177,14 @@ def read_body(request: Request, *, form: bool = True) -> dict[str, Any]:
     raw = request.body or b""
     if len(raw) > MAX_BODY_BYTES:
         raise PayloadTooLarge()
-    coding = request.headers.get("content-encoding")
-    if coding is not None and coding.strip().lower() not in ("", "identity"):
+    # Every line of the field, as one list (RFC 9110 section 5.3): "identity" on the first line
+    # and "gzip" on the second is a gzip-labelled body.
+    codings = {
+        coding.strip().lower()
+        for line in request.headers.getall("content-encoding", ())
+        for coding in line.split(",")
+    }
+    if codings - {"", "identity"}:
         # Never decoded: a gzip-labelled body read as it stands would be stored as the wrong bytes,
         # or refused as JSON it would have been once decoded (RFC 9110 section 8.4: 415).
         raise UnsupportedMediaType("Send the body without a Content-Encoding.")

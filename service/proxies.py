@@ -23,14 +23,25 @@ if TYPE_CHECKING:  # the settings import this module, and analytics the settings
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+_MAPPED = ipaddress.IPv6Network("::ffff:0:0/96")  # IPv4 addresses written as IPv6 (RFC 4291)
+
+
 def parse_networks(values: Iterable[str]) -> tuple[Network, ...]:
-    """Addresses (one-address networks) or networks in CIDR form; ValueError names the bad one."""
-    networks = []
+    """Addresses (one-address networks) or networks in CIDR form; ValueError names the bad one.
+
+    An IPv4-mapped entry (``::ffff:10.0.0.5``) is kept as the IPv4 network it names: a peer is
+    compared as its IPv4 address (``trusted_peer``), so kept as IPv6 it would match nobody."""
+    networks: list[Network] = []
     for value in values:
         try:
-            networks.append(ipaddress.ip_network(value.strip(), strict=False))
+            network = ipaddress.ip_network(value.strip(), strict=False)
         except ValueError:
             raise ValueError(f"not an address or network: {value.strip()!r}") from None
+        if isinstance(network, ipaddress.IPv6Network) and network.subnet_of(_MAPPED):
+            mapped = network.network_address.ipv4_mapped
+            assert mapped is not None  # inside ::ffff:0:0/96
+            network = ipaddress.IPv4Network((mapped, network.prefixlen - _MAPPED.prefixlen))
+        networks.append(network)
     return tuple(networks)
 
 

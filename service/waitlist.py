@@ -19,6 +19,7 @@ from pydantic_core import ErrorDetails, PydanticCustomError
 from sanic import Blueprint, HTTPResponse, Request
 from sanic.config import Config
 from sanic.exceptions import InvalidHeader
+from sanic.headers import AcceptList
 from sanic.response import raw
 
 from service.bodies import FORM, media_type, read_body
@@ -228,7 +229,22 @@ def from_html_form(request: Request) -> bool:
         accept = request.accept
     except InvalidHeader:  # an Accept no one can read prefers nothing: JSON, as for a tie
         return False
-    return accept.match("application/json", "text/html").mime == "text/html"
+    html = _quality(accept, "text", "html")
+    return html > 0 and html > _quality(accept, "application", "json")
+
+
+def _quality(accept: AcceptList, kind: str, subtype: str) -> float:
+    """The weight ``accept`` gives ``kind/subtype``: that of the most specific range matching it
+    (``text/html`` over ``text/*`` over ``*/*``, RFC 9110 section 12.5.1), media types compared
+    without regard to case; 0 when none matches. Sanic's ``AcceptList.match`` takes the heaviest
+    range that matches either type, so ``application/json;q=0.1, */*`` would prefer JSON."""
+    found, weight = -1, 0.0
+    for media in accept:
+        given = (media.type.lower(), media.subtype.lower())
+        specific = {(kind, subtype): 2, (kind, "*"): 1, ("*", "*"): 0}.get(given, -1)
+        if specific > found:
+            found, weight = specific, media.q
+    return weight
 
 
 def refused_url(redirect: str, error: ServiceError) -> str:

@@ -92,6 +92,12 @@ def test_create_app_refuses_the_same(monkeypatch, sqlite_url):
         ("fe80::1%eth0", ("fe80::/10",), True),
         ("unix-socket", ("0.0.0.0/0",), False),
         ("10.0.0.5", (), False),
+        # An entry written IPv4-mapped names the IPv4 address or network, as a peer is read.
+        ("10.0.0.5", ("::ffff:10.0.0.5",), True),
+        ("::ffff:10.0.0.5", ("::ffff:10.0.0.5",), True),
+        ("10.0.0.77", ("::ffff:10.0.0.0/120",), True),
+        ("10.0.1.77", ("::ffff:10.0.0.0/120",), False),
+        ("10.0.0.6", ("::ffff:10.0.0.5",), False),
     ],
 )
 def test_trusted_peer(peer, trusted, believed):
@@ -101,7 +107,12 @@ def test_trusted_peer(peer, trusted, believed):
 
 @pytest.mark.parametrize(
     ("value", "stored"),
-    [("10.0.0.1", ("10.0.0.1/32",)), (" 10.0.0.0/8 , ::1 ", ("10.0.0.0/8", "::1/128")), ("", ())],
+    [
+        ("10.0.0.1", ("10.0.0.1/32",)),
+        (" 10.0.0.0/8 , ::1 ", ("10.0.0.0/8", "::1/128")),
+        ("::ffff:10.0.0.5,::ffff:192.0.2.0/120", ("10.0.0.5/32", "192.0.2.0/24")),
+        ("", ()),
+    ],
 )
 def test_the_setting_takes_addresses_and_networks(monkeypatch, value, stored):
     """SERVICE_TRUSTED_PROXIES is comma-separated addresses or networks."""

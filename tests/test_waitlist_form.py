@@ -107,6 +107,28 @@ def test_other_clients_keep_the_json_answers(make_client: Any, headers: dict[str
     assert refused.json["errors"][0]["code"] == "invalid_email"
 
 
+@pytest.mark.parametrize(
+    ("accept", "redirected"),
+    [
+        ("TEXT/HTML", True),  # media types are compared without regard to case
+        ("application/json;q=0.2, text/*;q=0.5, */*", True),
+        ("application/json;q=0.1, */*", True),  # the more specific range weighs JSON, not */*
+        ("text/*;q=0.9, application/json;q=0.8", True),
+        ("text/html;q=0", False),  # not acceptable at all
+        ("text/html;q=0, */*", False),
+        ("text/html, application/json", False),  # a tie goes to JSON
+        ("application/json, text/html;q=0.9", False),
+    ],
+)
+def test_the_redirect_follows_what_accept_prefers(make_client: Any, accept: str, redirected: bool) -> None:
+    """HTML is preferred when the most specific range naming it weighs more than the one naming
+    JSON (RFC 9110 section 12.5.1)."""
+    headers = {"content-type": "application/x-www-form-urlencoded", "accept": accept}
+    with make_client(waitlist_redirect_url=THANKS) as client:
+        refused = client.post("/api/waitlist", content=b"email=nope&intent=claim", headers=headers)
+    assert refused.status_code == (303 if redirected else 400)
+
+
 def test_without_the_setting_browsers_get_json(make_client: Any) -> None:
     """Unset (the default), a browser's form post is answered 200 JSON as before."""
     with make_client() as client:
