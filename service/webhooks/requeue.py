@@ -6,16 +6,22 @@ attempt count kept:
 the next attempt is numbered after the last one logged, and the partner sees the same
 ``x-service-delivery`` id (``webhook-id``) as before, so a receiver that deduplicates by it can.
 A partner that was removed is never sent to again: its cancelled deliveries stay cancelled. A
-batch is sent again as a whole (its own delivery, the same bytes); the events in it wait in it
-again (``batched``) and are never requeued one by one.
+batch is resent or retried as a whole (its own delivery, the same bytes); the events in it wait in
+it again (``batched``). A replay's window holds events by their own delivery's ``created_at`` (when
+they were published, as the listing shows), not the batch's (when it formed): a batch goes again
+whole only when every event it carries is in the window; the window's events of any other batch
+leave it and wait for a batch again (``batching``, due now: ``batching.form_batches`` makes a new
+one, under a new id, each event keeping its ``eventId``), so the partner is sent the window's events
+and no others.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
+from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import JSON, and_, cast, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import deliveries, partners
@@ -38,6 +44,31 @@ def requeued(now: datetime) -> dict[str, object]:
 _LIVE_PARTNERS = select(partners.c.id).where(partners.c.status != PartnerStatus.REMOVED)
 
 
+def _in_window(
+    table: Any, *, since: datetime, until: datetime, status: DeliveryStatus, partner_id: str | None
+) -> list[Any]:
+    """An event's own delivery (a batch's carries a body) in ``status``, created in ``[since,
+    until)``, for one partner or any that is not removed."""
+    conditions = [
+        table.c.created_at >= since,
+        table.c.created_at < until,
+        table.c.status == status,
+        table.c.body.is_(None),
+        table.c.partner_id.in_(_LIVE_PARTNERS),
+    ]
+    if partner_id is not None:
+        conditions.append(table.c.partner_id == partner_id)
+    return conditions
+
+
+def _carried(body: Any, dialect: str) -> Any:
+    """How many events a batch's stored body carries: its members as formed, whether or not an
+    earlier replay took some out (or retention pruned them) since."""
+    if dialect == "postgresql":
+        return func.json_array_length(func.json_extract_path(cast(body, JSON), "events"))
+    return func.json_array_length(body, "$.events")
+
+
 async def replay(
     conn: AsyncConnection,
     *,
@@ -48,27 +79,52 @@ async def replay(
     now: datetime,
 ) -> int:
     """Requeue the deliveries in ``status`` created in ``[since, until)``, for one partner or all
-    that are not removed; how many."""
-    conditions = [
-        deliveries.c.created_at >= since,
-        deliveries.c.created_at < until,
-        deliveries.c.status == status,
-        deliveries.c.partner_id.in_(_LIVE_PARTNERS),
-    ]
-    if partner_id is not None:
-        conditions.append(deliveries.c.partner_id == partner_id)
-    batches = select(deliveries.c.id).where(*conditions, deliveries.c.body.is_not(None))
+    that are not removed; how many: each delivery sent alone, each batch resent whole (once), each
+    event taken out of its batch to go in a new one."""
+    window = _in_window(deliveries, since=since, until=until, status=status, partner_id=partner_id)
+    member, batch = deliveries.alias("member"), deliveries.alias("batch")
+    in_window = _in_window(member, since=since, until=until, status=status, partner_id=partner_id)
+    counted = (
+        select(member.c.batch_id, func.count().label("events"))
+        .where(*in_window, member.c.batch_id.is_not(None))
+        .group_by(member.c.batch_id)
+        .subquery("counted")
+    )
+    # The batches whose every event is in the window: these go again whole, the same bytes.
+    whole = (
+        select(batch.c.id)
+        .join(counted, counted.c.batch_id == batch.c.id)
+        .where(batch.c.status == status, counted.c.events == _carried(batch.c.body, conn.dialect.name))
+    )
+    alone = await conn.execute(
+        update(deliveries).where(*window, deliveries.c.batch_id.is_(None)).values(**requeued(now))
+    )
+    # The rest of the window's events leave their batch (it also carried events outside the window,
+    # which must not go again) and wait for a new one, formed at the next claim.
+    parted = await conn.execute(
+        update(deliveries)
+        .where(*window, deliveries.c.batch_id.is_not(None), deliveries.c.batch_id.not_in(whole))
+        .values({**requeued(now), "status": DeliveryStatus.BATCHING, "batch_id": None})
+    )
+    resent = await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.id.in_(whole), deliveries.c.status == status)
+        .values(**requeued(now))
+    )
+    # The whole batches' events wait in them again: only where the batch was requeued above (on
+    # PostgreSQL a batch a worker settled meanwhile keeps its events' status with its own).
+    requeued_batch = select(batch.c.id).where(
+        batch.c.id == deliveries.c.batch_id, batch.c.status == DeliveryStatus.PENDING
+    )
     await conn.execute(
         update(deliveries)
-        .where(deliveries.c.batch_id.in_(batches.scalar_subquery()))
+        .where(*window, deliveries.c.batch_id.is_not(None), requeued_batch.exists())
         .values(status=DeliveryStatus.BATCHED, updated_at=now)
     )
-    result = await conn.execute(
-        update(deliveries).where(*conditions, deliveries.c.batch_id.is_(None)).values(**requeued(now))
-    )
-    if result.rowcount:
+    count = int(alone.rowcount) + int(parted.rowcount) + int(resent.rowcount)
+    if count:
         await notify(conn)
-    return int(result.rowcount)
+    return count
 
 
 class Resent(Enum):
