@@ -10,10 +10,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, settings
 
 from service.clock import format_timestamp
 from service.webhooks import partners
+from tests.webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, settings
 
 
 def trending(number: int) -> dict[str, Any]:
