@@ -77,6 +77,21 @@ def test_a_replay_field_error_is_tied_to_its_select(
     assert _tied(response.text, control, error, invalid=True) == message
 
 
+def test_a_replay_without_since_says_it_is_required_as_the_api_does(make_client: Any) -> None:
+    """A blank since (the field's ``required`` bypassed): the message under it is the admin API's
+    for a replay without since, not a complaint about the format of a value never given."""
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        response = _replay(client, cookies, since="", status="failed")
+        bearer = {"authorization": f"Bearer {TOKEN}"}
+        api = client.post("/admin/deliveries/replay", json={"status": "failed"}, headers=bearer)
+    assert api.status_code == response.status_code == 400
+    assert api.json["errors"] == [
+        {"field": "since", "code": "missing", "message": "This member is required."}
+    ]
+    assert _tied(response.text, "r-since", "r-since-error", invalid=True) == "This member is required."
+
+
 def test_the_event_kinds_error_is_tied_to_their_fieldset(make_client: Any) -> None:
     """An event kind the catalog does not know: the error is named by the group of checkboxes."""
     with make_client(admin_token=TOKEN) as client:

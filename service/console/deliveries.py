@@ -67,10 +67,8 @@ def register(bp: Blueprint, console: Console) -> None:
                 ("partner", fields.get("partner") or None),
                 ("status", fields.get("status") or None),
             )
-            if value is not None
+            if value is not None  # a blank field is left out: replay names a missing since as the API does
         }
-        if "since" not in body:
-            body["since"] = ""  # the operation names it as missing
         try:
             done = await console.operations(request).replay(body)
         except InvalidInput as error:

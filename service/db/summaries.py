@@ -11,11 +11,13 @@ per database (``hour_of``, ``day_of``).
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
+import idna
 from sqlalchemy import ColumnElement, Select, String, and_, bindparam, func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.ext.compiler import compiles
@@ -146,13 +148,76 @@ async def registrations_by_day(
     return [(date.fromisoformat(day), intent, count) for day, intent, count in await conn.execute(stmt)]
 
 
+def _domain_text(domain: str) -> str:
+    """Typed domain text as email-validator reads a domain before encoding it: UTS-46 mapped (lower
+    case, NFC, full-width dots as dots); text it refuses, which no valid key holds, NFC lower-cased."""
+    if domain.isascii():
+        return domain.lower()
+    try:
+        return idna.uts46_remap(domain, std3_rules=False, transitional=False)
+    except idna.IDNAError:
+        return unicodedata.normalize("NFC", domain).lower()
+
+
+def _ascii_label(label: str) -> str:
+    """A complete domain label as ``email_key`` holds it: its IDNA ASCII form."""
+    if label.isascii():
+        return label
+    try:
+        return idna.alabel(label).decode("ascii")
+    except idna.IDNAError:  # no valid address has it: left as typed
+        return label
+
+
+def _key_start(text: str) -> tuple[str, str]:
+    """The start of an address as the start of its ``email_key`` (``service.db.registrations``), in
+    two parts: the local part (NFC, lower-cased), "@" and each complete label (one a dot follows) in
+    IDNA ASCII; then the label the text ends in, mapped as a domain is but not encoded: it may begin
+    a longer label, whose IDNA ASCII form its own does not start. Without an @-sign, all local part."""
+    local, at, domain = text.rpartition("@")
+    if not at:
+        return unicodedata.normalize("NFC", text).lower(), ""
+    *complete, last = _domain_text(domain).split(".")
+    labels = "".join(_ascii_label(label) + "." for label in complete)
+    return f"{unicodedata.normalize('NFC', local).lower()}@{labels}", last
+
+
+def _decoded_label_starts(key: str, base: str, label: str) -> bool:
+    """Whether the IDNA ASCII label of ``key`` after ``base``, decoded, starts with ``label``."""
+    found = key[len(base) :].split(".", 1)[0]
+    try:
+        return found.removeprefix("xn--").encode("ascii").decode("punycode").startswith(label)
+    except UnicodeError:
+        return False
+
+
+def _starting(stmt: Select[Any], start: str) -> Select[Any]:
+    """``stmt`` kept to the rows whose ``email_key`` starts with ``start``: a range of its unique
+    index finds them, and LIKE keeps exactly those that start so. The values are written into the
+    statement: PostgreSQL's generic plan of a prepared statement, not knowing them, walked every
+    registration newest first for a prefix matching none."""
+    r = registrations.c
+    escaped = start.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return stmt.where(
+        r.email_key >= bindparam("prefix_low", start, literal_execute=True),
+        r.email_key < bindparam("prefix_high", start + LAST_CHARACTER, literal_execute=True),
+        r.email_key.like(bindparam("prefix_like", escaped + "%", literal_execute=True), escape="\\"),
+    )
+
+
 async def registrations_page(
     conn: AsyncConnection, *, intent: str | None, prefix: str | None, after: Key | None, limit: int
 ) -> list[dict[str, Any]]:
     """Registrations newest first, ``limit`` of them after ``after``; ``prefix`` is the start of an
-    address, matched without regard to case: a range of the unique index on ``email_key`` (the
-    lower-cased address), sorted newest first (a prefix that matches most of the list sorts most
-    of it)."""
+    address as registered or listed, in any case or Unicode form: a range of the unique index on
+    ``email_key`` (``_key_start``), sorted newest first (a prefix that matches most of the list
+    sorts most of it).
+
+    The label a prefix ends in may also begin an internationalised label, which the key holds in
+    IDNA ASCII: ``xn--``, the label's ASCII characters in order, then the others encoded. So a second
+    range (``xn--`` and the typed label's ASCII characters: one local part's internationalised
+    domains, few) is read newest first, keeping the rows whose label decodes to one starting as
+    typed until ``limit`` are kept; the page is the newest ``limit`` of both."""
     r = registrations.c
     stmt = select(r.id, r.email, r.intent, r.project, r.message, r.created_at).order_by(
         r.created_at.desc(), r.id.desc()
@@ -165,19 +230,23 @@ async def registrations_page(
         stmt = stmt.where(tuple_(r.created_at, r.id) < tuple_(after.created_at, last_id))
     if intent is not None:
         stmt = stmt.where(r.intent == intent)
-    if prefix:
-        start = prefix.lower()
-        escaped = start.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        # The range finds the rows through the index; LIKE keeps exactly those that start so. The
-        # values are written into the statement: PostgreSQL's generic plan of a prepared statement,
-        # not knowing them, walked every registration newest first for a prefix matching none.
-        stmt = stmt.where(
-            r.email_key >= bindparam("prefix_low", start, literal_execute=True),
-            r.email_key < bindparam("prefix_high", start + LAST_CHARACTER, literal_execute=True),
-            r.email_key.like(bindparam("prefix_like", escaped + "%", literal_execute=True), escape="\\"),
-        )
-    rows = await conn.execute(stmt.limit(limit))
-    return [dict(row._mapping) for row in rows]
+    if not prefix:
+        return [dict(row._mapping) for row in await conn.execute(stmt.limit(limit))]
+    base, label = _key_start(prefix)
+    found = [dict(row._mapping) for row in await conn.execute(_starting(stmt, base + label).limit(limit))]
+    if not label:
+        return found
+    encoded = base + "xn--" + "".join(character for character in label if character.isascii())
+    async with conn.stream(_starting(stmt.add_columns(r.email_key), encoded)) as rows:
+        kept = 0
+        async for row in rows:
+            if _decoded_label_starts(row.email_key, base, label):
+                found.append({name: value for name, value in row._mapping.items() if name != "email_key"})
+                kept += 1
+                if kept == limit:  # the newest ``limit`` of this range: all the page can take from it
+                    break
+    unique = {entry["id"]: entry for entry in found}  # a label like "xn" starts both ranges
+    return sorted(unique.values(), key=lambda entry: (entry["created_at"], entry["id"]), reverse=True)[:limit]
 
 
 # --- deliveries -----------------------------------------------------------------------------------
