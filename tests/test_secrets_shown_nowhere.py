@@ -7,7 +7,8 @@ its own secrets echoed in bodies and headers, with failures and retries; test se
 under a key that no longer opens the stored secrets. Then it reads every GET route the router
 lists (a route added tomorrow is read too), as the admin and signed in to the console, and every
 listing command. No answer, command output or log line at DEBUG may hold any of those values,
-whole or without the ``whsec_`` prefix, nor a secret as it is sealed in the database.
+whole or without the ``whsec_`` prefix, as written or JSON-escaped, nor a secret as it is sealed in
+the database.
 """
 
 from __future__ import annotations
@@ -61,10 +62,20 @@ class Seen:
         ]
 
 
+def json_escaped(secret: str) -> tuple[str, str]:
+    """``secret`` as other JSON encoders than Python's write it: PHP's (``\\/``) whole, and .NET's
+    (``\\u002B``, ``\\u002F``, ``\\u003D``) without its prefix."""
+    key = secret.removeprefix(SECRET_PREFIX)
+    dotnet = key.replace("+", "\\u002B").replace("/", "\\u002F").replace("=", "\\u003D")
+    return secret.replace("/", "\\/"), dotnet
+
+
 def echo(*secrets: str) -> str:
     """What a hostile partner answers: its secrets, live or retired by a rotation, whole and
-    without their prefix."""
-    return " ".join(f"{secret} {secret.removeprefix(SECRET_PREFIX)}" for secret in secrets)
+    without their prefix, as written and JSON-escaped."""
+    return " ".join(
+        " ".join((secret, secret.removeprefix(SECRET_PREFIX), *json_escaped(secret))) for secret in secrets
+    )
 
 
 def csrf(page: str) -> str:
@@ -220,6 +231,9 @@ def test_secrets_are_shown_only_in_the_answers_that_hand_them_over(
     for number, secret in enumerate(handed, 1):
         watched[f"secret {number}"] = secret
         watched[f"secret {number} without its prefix"] = secret.removeprefix(SECRET_PREFIX)
+        for form, spelled in zip(("whole", "without its prefix"), json_escaped(secret), strict=True):
+            watched[f"secret {number} JSON-escaped, {form}"] = spelled
+            watched[f"secret {number} JSON-escaped, {form}, in a JSON string"] = json.dumps(spelled)[1:-1]
     for number, value in enumerate(set(sealed), 1):
         watched[f"sealed secret {number}"] = value
     assert len(handed) == 5 and len(set(handed)) == 5

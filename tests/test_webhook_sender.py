@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from service.clock import ManualClock
+from service.webhooks import send
 from service.webhooks.send import MAX_INFORMATIONAL, Sender, StaleConnection, without_secrets
 from service.webhooks.signing import secret_digest
 from tests.certificates import self_signed
@@ -213,6 +214,25 @@ async def test_an_attempt_tried_again_on_another_connection_keeps_its_one_deadli
 
 SECRET = "whsec_" + "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVo0NTY3ODk="  # 32 bytes, base64
 OLDER = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
+# Keys holding "+" and "/", which a partner's encoder may escape: a live one, another partner's.
+SLASHED = "whsec_" + "eF8+x+sy8wuQzQ/PNlfTiLX/Qpfy+XFv9m6bacBd3Qk="
+FOREIGN = "whsec_" + "aE/jnwN1jeaogq5h+mIxK2flseZlkoy/PcPY9PU+NWI="
+# How encoders write "+", "/" and "=": PHP's json_encode, .NET's JSON encoder (either case of hex),
+# percent-encoding (either case), HTML character references (decimal, hex, leading zeros).
+PHP = {"/": "\\/"}
+DOTNET = {"+": "\\u002B", "/": "\\u002F", "=": "\\u003D"}
+DOTNET_LOWER = {"+": "\\u002b", "/": "\\u002f", "=": "\\u003d"}
+PERCENT = {"+": "%2B", "/": "%2F", "=": "%3D"}
+PERCENT_LOWER = {"+": "%2b", "/": "%2f", "=": "%3d"}
+HTML_DECIMAL = {"+": "&#43;", "/": "&#047;", "=": "&#61;"}
+HTML_HEX = {"+": "&#x2B;", "/": "&#x2f;", "=": "&#X003D;"}
+
+
+def spelled(value: str, spellings: dict[str, str], times: int = -1) -> str:
+    """``value`` as an encoder writes it: its first ``times`` (all if -1) of each of "+", "/", "="."""
+    for char, spelling in spellings.items():
+        value = value.replace(char, spelling, times)
+    return value
 
 
 @pytest.mark.parametrize(
@@ -226,6 +246,18 @@ OLDER = "whsec_" + "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="
         (f"{OLDER[:-1]}+ and {OLDER}x", [SECRET], f"{OLDER[:-1]}+ and [secret]x"),  # the issued form only
         # Without its prefix a retired secret is 44 characters of base64, as a signature is: kept.
         (f"expected {OLDER.removeprefix('whsec_')}", [SECRET], f"expected {OLDER.removeprefix('whsec_')}"),
+        # Escaped by the partner's encoder, each "+", "/" and "=" on its own: the secret all the same.
+        (f'{{"expected":"{spelled(SLASHED, PHP)}"}}', [SECRET, SLASHED], '{"expected":"[secret]"}'),
+        (f'{{"expected":"{spelled(SLASHED, DOTNET)}"}}', [SLASHED], '{"expected":"[secret]"}'),
+        (f"key={spelled(SLASHED.removeprefix('whsec_'), DOTNET_LOWER)};", [SLASHED], "key=[secret];"),
+        (f"?a={spelled(SLASHED, PERCENT)}&b={spelled(SLASHED, PERCENT_LOWER)}", [SLASHED], "?a=[secret]&b=[secret]"),
+        (f"<b>{spelled(SLASHED, HTML_DECIMAL)}</b> {spelled(SLASHED, HTML_HEX)}", [SLASHED], "<b>[secret]</b> [secret]"),
+        (f"mixed {spelled(spelled(SLASHED, PERCENT_LOWER, 1), DOTNET, 1)}", [SLASHED], "mixed [secret]"),
+        (f"{'x' * 200}{spelled(SLASHED, HTML_DECIMAL)}", [SLASHED], f"{'x' * 200}[secret]"),  # the cut would halve it
+        # Another partner's, in the issued form: the form is enough, whatever its spelling.
+        (f"theirs: {spelled(FOREIGN, PHP)} {spelled(FOREIGN, PERCENT)}", [SECRET], "theirs: [secret] [secret]"),
+        (f"theirs: {spelled(FOREIGN, HTML_HEX)}", [SECRET], "theirs: [secret]"),
+        (f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B", [SECRET], f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B"),  # the form only
     ],
 )
 async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, secrets: list[str], kept: str) -> None:
@@ -248,6 +280,7 @@ async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, s
 
 RETIRED = OLDER.removeprefix("whsec_")
 SIGNATURE = "v1,K7gNU3sdo+OL0wNhqoVWhr3g6s1xYv72ol/pe/Unols="  # 32 bytes of base64, as a key is
+RETIRED_SLASHED = "SC2Wc8/uXeOR+X/eTRyE+fjW8s8HhPz/uVi0Ay3nI2w="  # retired too, holding "+" and "/"
 
 
 @pytest.mark.parametrize(
@@ -257,12 +290,46 @@ SIGNATURE = "v1,K7gNU3sdo+OL0wNhqoVWhr3g6s1xYv72ol/pe/Unols="  # 32 bytes of bas
         (f"got {SIGNATURE}", f"got {SIGNATURE}"),  # a signature: no digest of the partner's
         (f"a={SECRET} b={RETIRED}", "a=[secret] b=[secret]"),  # live and retired together
         ("short answer", "short answer"),
+        # Escaped by the partner's encoder: unescaped, its digest is the partner's all the same.
+        (f'{{"expected":"{spelled(RETIRED_SLASHED, PHP)}"}}', '{"expected":"[secret]"}'),
+        (f"expected {spelled(RETIRED_SLASHED, DOTNET)}", "expected [secret]"),
+        (f"expected {spelled(RETIRED_SLASHED, DOTNET_LOWER)}", "expected [secret]"),
+        (f"?key={spelled(RETIRED_SLASHED, PERCENT)}&old={spelled(RETIRED_SLASHED, PERCENT_LOWER)}", "?key=[secret]&old=[secret]"),
+        (f"<code>{spelled(RETIRED_SLASHED, HTML_DECIMAL)}</code>", "<code>[secret]</code>"),
+        (f"<code>{spelled(RETIRED_SLASHED, HTML_HEX)}</code>", "<code>[secret]</code>"),
+        (f"expected {spelled(spelled(RETIRED_SLASHED, HTML_HEX, 1), PHP, 2)}", "expected [secret]"),  # mixed
+        (f"a={spelled(RETIRED, PERCENT)} b={spelled(RETIRED_SLASHED, DOTNET)}", "a=[secret] b=[secret]"),
+        # After another escape, a key stands alone as after the character it stands for.
+        (f"Expected \\u0027{spelled(RETIRED_SLASHED, DOTNET)}\\u0027", "Expected \\u0027[secret]\\u0027"),
+        (f"error=expected%20{spelled(RETIRED_SLASHED, PERCENT)}%22", "error=expected%20[secret]%22"),
+        (f'{{"error":"expected:\\n{spelled(RETIRED_SLASHED, PHP)}"}}', '{"error":"expected:\\n[secret]"}'),
+        # A signature, escaped, is no more the partner's than written as is; nor a longer run.
+        (f'{{"got":"{spelled(SIGNATURE, PHP)}"}}', f'{{"got":"{spelled(SIGNATURE, PHP)}"}}'),
+        (f"got {spelled(SIGNATURE, DOTNET_LOWER)}&x", f"got {spelled(SIGNATURE, DOTNET_LOWER)}&x"),
+        (f"got {spelled(SIGNATURE, HTML_DECIMAL)}", f"got {spelled(SIGNATURE, HTML_DECIMAL)}"),
+        (f"x&#43;{spelled(RETIRED_SLASHED, HTML_HEX)}", f"x&#43;{spelled(RETIRED_SLASHED, HTML_HEX)}"),
+        # No escape's lead: matched as written, the rest untouched.
+        (f'{{"got":"{SIGNATURE}","old":"{RETIRED_SLASHED}"}}', f'{{"got":"{SIGNATURE}","old":"[secret]"}}'),
     ],
 )
 def test_a_retired_secret_echoed_without_its_prefix_is_known_by_its_digest(text: str, kept: str) -> None:
     """The service keeps the digest of every secret it issued, not the secret: a bare key whose
     digest is the partner's is written ``[secret]``, any other 44 characters of base64 kept."""
-    assert without_secrets(text, [SECRET], {secret_digest(SECRET), secret_digest(OLDER)}) == kept
+    digests = {secret_digest(SECRET), secret_digest(OLDER), secret_digest("whsec_" + RETIRED_SLASHED)}
+    assert without_secrets(text, [SECRET], digests) == kept
+
+
+def test_an_answer_holding_no_escape_is_matched_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every attempt's excerpt is redacted: one holding none of "\\", "%" and "&" (what every escaped
+    spelling begins with) never pays for the patterns of escaped spellings, and reads as before."""
+
+    def escaped(*args: object) -> str:
+        raise AssertionError("an answer without an escape took the escaped spellings' patterns")
+
+    monkeypatch.setattr(send, "_without_escaped_secrets", escaped)
+    text = f'{{"expected":"{SLASHED}","got":"{SIGNATURE}","old":"{RETIRED_SLASHED}"}}'
+    digests = {secret_digest("whsec_" + RETIRED_SLASHED)}
+    assert without_secrets(text, [SLASHED], digests) == f'{{"expected":"[secret]","got":"{SIGNATURE}","old":"[secret]"}}'
 
 
 async def test_a_partner_answering_in_one_byte_chunks_is_read_no_further_than_the_excerpt_needs(
