@@ -168,7 +168,7 @@ class Echo(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length)
         seen = {key.lower(): value for key, value in self.headers.items()}
-        payload = json.dumps({"server": self.name, "headers": seen, "length": len(body)}).encode()
+        payload = json.dumps({"server": self.name, "headers": seen, "length": len(body), "path": self.path}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -253,6 +253,9 @@ def test_running_proxy_forwards_client_address_and_limits_bodies(tmp_path: Path)
             assert json.loads(body) == {"ok": False, "message": "The request body is too large."}
             names = {json.loads(request(listen, "GET", "/")[2])["server"] for _ in range(4)}
             assert names == {"one", "two"}
+            for path in ("/admin", "/admin/", "/admin/partners"):  # each the servers' to answer
+                status, _, body = request(listen, "GET", path)
+                assert (status, json.loads(body)["path"]) == (200, path)
     with running_nginx(nginx, prefix):
         status, headers, body = request(listen, "GET", "/healthz")
         assert status == 503
@@ -272,7 +275,7 @@ def test_operators_only_keeps_admin_and_console_to_their_networks(tmp_path: Path
         site = prefix / "service.conf"
         site.write_text(site.read_text().replace("default 1;", "default 0;\n        192.0.2.0/24 1;"))
         with running_nginx(nginx, prefix):
-            for path in ("/admin/partners", "/console", "/console/partners"):
+            for path in ("/admin", "/admin/partners", "/console", "/console/partners"):
                 status, headers, body = request(listen, "GET", path)
                 assert (status, headers["content-type"]) == (403, "application/json"), path
                 assert json.loads(body) == {
