@@ -86,7 +86,7 @@ def help_screen(
     """The parser options of a help screen: the summary and details as its description (wrapped
     here, since the epilog's layout must be kept), the settings as its epilog."""
     paragraphs = [summary[:1].upper() + summary[1:] + "."] + ([details] if details else [])
-    names = tuple(settings)
+    names = tuple(dict.fromkeys(settings))  # commands add to shared lists, which may overlap
     return {
         "description": "\n\n".join(textwrap.fill(text, WIDTH, break_on_hyphens=False) for text in paragraphs),
         "epilog": settings_help(names, defaults) if names else None,

@@ -106,6 +106,7 @@ def test_every_help_screen_reads_well_and_names_its_settings(capsys: pytest.Capt
         assert description[:1].isupper() and description.rstrip().endswith("."), path
         named = _named_settings(text)
         assert "SERVICE_DATABASE_URL" in named, path
+        assert len(named) == len(set(named)), (path, "a setting listed twice")
         for name in named:
             field = Settings.model_fields[name.removeprefix("SERVICE_").lower()]
             assert field.description is not None and field.description.split()[0] in text, (path, name)

@@ -293,7 +293,6 @@ ROTATING = (*SECRETS, "secret_rotation_overlap")
 DELIVERING = (
     *TESTING,
     "webhook_retry_schedule",
-    "webhook_connect_timeout",
     "webhook_max_in_flight",
     "webhook_breaker_failures",
     "webhook_breaker_cooldown",
