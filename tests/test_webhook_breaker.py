@@ -50,6 +50,18 @@ def test_stragglers_count_but_do_not_move_the_cooldown() -> None:
     assert (state.consecutive_failures, state.open_until, state.cooldown) == (4, opened.open_until, 30)
 
 
+def test_a_probe_whose_circuit_closed_meanwhile_fails_as_any_attempt() -> None:
+    """Resumed while its probe was out (the circuit closed, nothing counted), the probe's failure
+    is the first of a fresh count: no reopening, no doubled cool-down."""
+    state, changes = fail(BreakerState(), 40, probe=True)
+    assert changes == []
+    assert state == BreakerState(1, T0 + timedelta(seconds=40), None, None)
+    state, changes = fail(state, 41, probe=True)
+    state, changes = fail(state, 42, probe=True)
+    assert changes == [Change.OPENED]  # the third in a row, as for any partner
+    assert (state.open_until, state.cooldown) == (T0 + timedelta(seconds=72), 30)
+
+
 def test_a_success_closes_and_forgets() -> None:
     """One 2xx closes an open circuit and clears the count; on a healthy partner it changes nothing."""
     opened = BreakerState(7, T0, T0 + timedelta(seconds=30), 60)

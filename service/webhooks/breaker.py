@@ -74,14 +74,16 @@ def after_attempt(
 
     ``probe`` says the attempt was claimed while the circuit was half-open. Attempts that were
     already in flight when the circuit opened still count as failures but do not move the
-    cool-down: only a probe's answer does.
+    cool-down: only a probe's answer does, and only while the circuit is not closed: a probe
+    whose circuit an admin's resume (or another attempt's delivery) closed meanwhile fails as any
+    attempt does, one failure of a fresh count.
     """
     if ok:
         return BreakerState(), [Change.CLOSED] if state.open_until is not None else []
     failing_since = state.failing_since or at
     failed = replace(state, consecutive_failures=state.consecutive_failures + 1, failing_since=failing_since)
     changes: list[Change] = []
-    if probe:
+    if probe and state.open_until is not None:
         cooldown = min(2 * (state.cooldown or policy.cooldown), policy.max_cooldown)
         failed = replace(failed, open_until=at + timedelta(seconds=cooldown), cooldown=cooldown)
         changes.append(Change.REOPENED)

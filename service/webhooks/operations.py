@@ -436,6 +436,10 @@ class Operations:
             raise UnknownResource("No delivery has this id.")
         if outcome is Resent.CANCELLED:
             raise StateConflict("This delivery's partner was removed; it is never sent again.")
+        if outcome is Resent.SPLIT:
+            raise StateConflict(
+                "Some of this batch's events went out again in another batch; resend those, not the batch."
+            )
         if outcome is Resent.IN_BATCH:
             raise StateConflict("This delivery went out in a batch (see its batchId); resend the batch.")
         if outcome is Resent.IN_FLIGHT:

@@ -17,11 +17,12 @@ and no others.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from sqlalchemy import JSON, and_, cast, func, select, update
+from sqlalchemy import JSON, Select, and_, cast, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import deliveries, partners
@@ -69,6 +70,24 @@ def _carried(body: Any, dialect: str) -> Any:
     return func.json_array_length(body, "$.events")
 
 
+def _whole_batches(members: Callable[[Any], list[Any]], status: DeliveryStatus, dialect: str) -> Select[Any]:
+    """The batches in ``status`` that still hold every event their stored body carries, each event
+    meeting ``members`` (conditions on a deliveries table): these may go again whole, as the same
+    bytes send no event that is not to go again."""
+    member, batch = deliveries.alias("member"), deliveries.alias("batch")
+    counted = (
+        select(member.c.batch_id, func.count().label("events"))
+        .where(*members(member), member.c.batch_id.is_not(None))
+        .group_by(member.c.batch_id)
+        .subquery("counted")
+    )
+    return (
+        select(batch.c.id)
+        .join(counted, counted.c.batch_id == batch.c.id)
+        .where(batch.c.status == status, counted.c.events == _carried(batch.c.body, dialect))
+    )
+
+
 async def replay(
     conn: AsyncConnection,
     *,
@@ -82,30 +101,19 @@ async def replay(
     that are not removed; how many: each delivery sent alone, each batch resent whole (once), each
     event taken out of its batch to go in a new one."""
     window = _in_window(deliveries, since=since, until=until, status=status, partner_id=partner_id)
-    member, batch = deliveries.alias("member"), deliveries.alias("batch")
-    in_window = _in_window(member, since=since, until=until, status=status, partner_id=partner_id)
-    counted = (
-        select(member.c.batch_id, func.count().label("events"))
-        .where(*in_window, member.c.batch_id.is_not(None))
-        .group_by(member.c.batch_id)
-        .subquery("counted")
-    )
     # The batches whose every event is in the window: these go again whole, the same bytes.
-    whole = (
-        select(batch.c.id)
-        .join(counted, counted.c.batch_id == batch.c.id)
-        .where(batch.c.status == status, counted.c.events == _carried(batch.c.body, conn.dialect.name))
+    whole = _whole_batches(
+        lambda member: _in_window(member, since=since, until=until, status=status, partner_id=partner_id),
+        status,
+        conn.dialect.name,
     )
+    batch = deliveries.alias("batch")
     alone = await conn.execute(
         update(deliveries).where(*window, deliveries.c.batch_id.is_(None)).values(**requeued(now))
     )
     # The rest of the window's events leave their batch (it also carried events outside the window,
     # which must not go again) and wait for a new one, formed at the next claim.
-    parted = await conn.execute(
-        update(deliveries)
-        .where(*window, deliveries.c.batch_id.is_not(None), deliveries.c.batch_id.not_in(whole))
-        .values({**requeued(now), "status": DeliveryStatus.BATCHING, "batch_id": None})
-    )
+    parted = await _leave_batches(conn, window, whole, now=now)
     resent = await conn.execute(
         update(deliveries)
         .where(deliveries.c.id.in_(whole), deliveries.c.status == status)
@@ -121,10 +129,33 @@ async def replay(
         .where(*window, deliveries.c.batch_id.is_not(None), requeued_batch.exists())
         .values(status=DeliveryStatus.BATCHED, updated_at=now)
     )
-    count = int(alone.rowcount) + int(parted.rowcount) + int(resent.rowcount)
+    count = int(alone.rowcount) + parted + int(resent.rowcount)
     if count:
         await notify(conn)
     return count
+
+
+async def _leave_batches(conn: AsyncConnection, events: list[Any], whole: Any, *, now: datetime) -> int:
+    """The ``events`` (conditions on deliveries) in a batch but the ``whole`` ones leave it, to wait
+    for a new batch of their own, due now; how many. A batch left holding none of its events is
+    ``cancelled``: never sent again, as its bytes would send every one of them a second time."""
+    parting = and_(*events, deliveries.c.batch_id.is_not(None), deliveries.c.batch_id.not_in(whole))
+    left = list((await conn.execute(select(deliveries.c.batch_id).where(parting).distinct())).scalars())
+    if not left:
+        return 0
+    parted = await conn.execute(
+        update(deliveries)
+        .where(parting)
+        .values({**requeued(now), "status": DeliveryStatus.BATCHING, "batch_id": None})
+    )
+    member = deliveries.alias("member")
+    emptied = ~select(member.c.id).where(member.c.batch_id == deliveries.c.id).exists()
+    await conn.execute(
+        update(deliveries)
+        .where(deliveries.c.id.in_(left), emptied)
+        .values(status=DeliveryStatus.CANCELLED, claim_token=None, claimed_until=None, updated_at=now)
+    )
+    return int(parted.rowcount)
 
 
 class Resent(Enum):
@@ -132,23 +163,32 @@ class Resent(Enum):
     UNKNOWN = "unknown"  # no such delivery
     IN_FLIGHT = "in flight"  # being attempted right now: it settles within its lease
     CANCELLED = "cancelled"  # its partner was removed
+    SPLIT = "split"  # a batch some of whose events a replay or retry sent again in another batch
     IN_BATCH = "in a batch"  # it went out in a batch: resend the batch
 
 
 async def resend(conn: AsyncConnection, delivery_id: str, *, now: datetime) -> Resent:
     """Requeue one delivery whatever its state, but one in flight (sending it again now would put
-    two attempts in flight at once), one whose partner was removed, or one that went out inside a
-    batch (the batch's own delivery is what is resent)."""
+    two attempts in flight at once), one whose partner was removed, one that went out inside a
+    batch (the batch's own delivery is what is resent), or a batch that no longer holds every
+    event it carried (a replay or retry sent some again apart: its bytes would send them twice)."""
     row = (
         await conn.execute(
-            select(deliveries.c.status, deliveries.c.claimed_until, deliveries.c.batch_id).where(
-                deliveries.c.id == delivery_id
-            )
+            select(
+                deliveries.c.status,
+                deliveries.c.claimed_until,
+                deliveries.c.batch_id,
+                _carried(deliveries.c.body, conn.dialect.name).label("carried"),
+            ).where(deliveries.c.id == delivery_id)
         )
     ).first()
     if row is None:
         return Resent.UNKNOWN
-    status, claimed_until, batch_id = row
+    status, claimed_until, batch_id, carried = row
+    if carried is not None:  # a batch: its bytes send every event it carried
+        held = await conn.scalar(select(func.count()).where(deliveries.c.batch_id == delivery_id))
+        if held != carried:
+            return Resent.SPLIT
     if status == DeliveryStatus.CANCELLED:
         return Resent.CANCELLED
     if batch_id is not None:
@@ -176,16 +216,33 @@ async def retry_failed(conn: AsyncConnection, partner_id: str, *, now: datetime)
     """Make the partner's failed deliveries pending again, due now; how many were requeued.
 
     Each requeued delivery gets one more attempt; if that one fails too it is failed again
-    (its schedule was already spent), until the next admin retry. A failed batch is requeued as
-    one delivery (the same bytes); its members wait in it again, ``batched``.
+    (its schedule was already spent), until the next admin retry. A failed batch that still holds
+    every event it was sent with is requeued as one delivery (the same bytes), its members waiting
+    in it again, ``batched``. The failed events of a batch a replay has taken some out of leave it
+    and wait for a new batch of their own, each counted: its bytes would send the others again.
     """
     failed = and_(deliveries.c.partner_id == partner_id, deliveries.c.status == DeliveryStatus.FAILED)
+
+    def members(table: Any) -> list[Any]:
+        failing = [table.c.partner_id == partner_id, table.c.status == DeliveryStatus.FAILED]
+        return [*failing, table.c.body.is_(None)]
+
+    whole = (await conn.execute(_whole_batches(members, DeliveryStatus.FAILED, conn.dialect.name))).scalars()
+    whole_ids = list(whole)  # read before their members move, which changes what the query finds
     await conn.execute(
         update(deliveries)
-        .where(failed, deliveries.c.batch_id.is_not(None))
+        .where(failed, deliveries.c.batch_id.in_(whole_ids))
         .values(status=DeliveryStatus.BATCHED, updated_at=now)
     )
-    result = await conn.execute(update(deliveries).where(failed).values(**requeued(now)))
-    if result.rowcount:
+    parted = await _leave_batches(conn, [failed, deliveries.c.body.is_(None)], whole_ids, now=now)
+    # Deliveries sent alone, and the whole batches (one a replay split stays failed, or is
+    # cancelled once none of its events is left in it).
+    result = await conn.execute(
+        update(deliveries)
+        .where(failed, or_(deliveries.c.body.is_(None), deliveries.c.id.in_(whole_ids)))
+        .values(**requeued(now))
+    )
+    count = int(result.rowcount) + parted
+    if count:
         await notify(conn)
-    return int(result.rowcount)
+    return count

@@ -241,9 +241,18 @@ async def claims(conn: AsyncConnection, delivery_ids: Sequence[str]) -> set[tupl
     return {(delivery_id, token) for delivery_id, token in found}
 
 
+# Only where the batch's own row took the outcome: an attempt whose claim was taken over (its lease
+# ran out before it was logged) settles nothing, and its members stay with the batch's new claim.
+_SETTLED_BATCH = deliveries.alias("settled_batch")
 _FOLLOW = (
     update(deliveries)
-    .where(deliveries.c.batch_id == bindparam("b_batch"), deliveries.c.status == bindparam("b_from"))
+    .where(
+        deliveries.c.batch_id == bindparam("b_batch"),
+        deliveries.c.status == bindparam("b_from"),
+        select(_SETTLED_BATCH.c.id)
+        .where(_SETTLED_BATCH.c.id == bindparam("b_batch"), _SETTLED_BATCH.c.status == bindparam("b_status"))
+        .exists(),
+    )
     .values(
         status=bindparam("b_status"),
         delivered_at=bindparam("b_delivered"),
