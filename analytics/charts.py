@@ -21,6 +21,7 @@ from matplotlib.font_manager import fontManager
 from matplotlib.ft2font import FT2Font
 from matplotlib.ticker import MaxNLocator
 
+from analytics.deliveries import percent
 from analytics.waitlist import FREQ
 from service.text import visible
 
@@ -127,18 +128,26 @@ def message_length_chart(lengths: pd.Series, bins: int = 20) -> Figure:
 def success_rate_chart(rates: pd.DataFrame, threshold: float | None = None) -> Figure:
     """Bars of the attempt success rate per group, from ``deliveries.success_rate``, labelled in
     percent; with a ``threshold``, a dashed line at it and the bars under it in a warning colour
-    (below it, a partner is an action item)."""
+    (below it, a partner is an action item). Under it means the rate before rounding
+    (``succeeded / attempts``): 94.995% rounds to the 95% of the table but is below."""
     fig, ax = _figure()
     keys = [c for c in rates.columns if c not in ("attempts", "succeeded", "success_rate")]
     values = rates["success_rate"].to_numpy(dtype="float64")
-    colours = [BELOW_COLOR if threshold is not None and value < threshold else BAR_COLOR for value in values]
+    exact = values
+    if {"attempts", "succeeded"} <= set(rates.columns):
+        exact = (rates["succeeded"] / rates["attempts"]).to_numpy(dtype="float64")
+    below = [threshold is not None and rate < threshold for rate in exact]
+    colours = [BELOW_COLOR if under else BAR_COLOR for under in below]
     positions = np.arange(len(values))
     container = ax.bar(positions, values, color=colours)
     ax.set_xticks(positions, _shortened(_labels(rates, keys)), parse_math=False)
     # Inside the bars, so no label sits on the threshold line; a bar too short to hold its label
     # (a partner at 0 % has none at all) carries it above, in black, or it would read as no data.
     short = values < SHORT_BAR
-    labels = [f"{value:.1%}" for value in values]
+    labels = [
+        percent(rate, threshold, 1) if under and threshold is not None else f"{value:.1%}"
+        for value, rate, under in zip(values, exact, below, strict=True)
+    ]
     ax.bar_label(container, labels=[t if not s else "" for t, s in zip(labels, short, strict=True)],
                  label_type="center", color="white")  # fmt: skip
     if short.any():

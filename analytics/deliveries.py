@@ -16,6 +16,7 @@ only those, and a rate read there leans towards failure (``complete``, ``coverag
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -29,6 +30,8 @@ DECIMALS = 4  # enough to tell rates apart, few enough that notebook output neve
 MAX_BANDS = 10  # latency bands a table and its chart show at most (``latency_bands``)
 PERCENTILES = (50, 90, 99)  # the median, the usual tail, the rare tail
 DELIVERED = "delivered"  # the outcome of an attempt answered 2xx, and the state it leaves
+BATCHING = str(DeliveryStatus.BATCHING)  # an event waiting for its batch to form
+CANCELLED = str(DeliveryStatus.CANCELLED)  # its partner was removed
 SUCCESS_RATE = "attempt success rate"  # the name of the one definition of success (see above)
 # An endpoint that fails more than one attempt in twenty is worth a word with its owner, even when
 # retries hide it: each failure delays a delivery by a retry delay at least.
@@ -64,28 +67,43 @@ def events_only(deliveries: pd.DataFrame) -> pd.DataFrame:
     return deliveries[~deliveries["is_batch"]]
 
 
+def own_requests(deliveries: pd.DataFrame) -> pd.Series:
+    """Which deliveries are requests: sent, or to be sent, as a signed POST of their own.
+
+    That is every delivery but a batch's member (its batch's POST carries it; its attempts are the
+    batch's), an event still ``batching`` (no POST of its own yet: it goes in the batch that forms,
+    or alone if its partner stops batching its kind, and counts then), and one ``cancelled`` before
+    any attempt (its partner was removed: never sent). A delivery cancelled after an attempt was
+    sent, and counts. A frame without ``batch_id`` (not given ``with_batches``) has no members.
+    """
+    status = deliveries["status"]
+    never_sent = status.eq(CANCELLED) & deliveries["attempts"].eq(0)
+    mine = status.ne(BATCHING) & ~never_sent
+    if "batch_id" in deliveries.columns:
+        mine &= deliveries["batch_id"].isna()
+    return mine
+
+
 def requests_only(deliveries: pd.DataFrame) -> pd.DataFrame:
-    """One row per signed request: events sent alone and batch requests; batch members left out
-    (their batch's attempts are theirs)."""
-    if "batch_id" not in deliveries.columns:
-        return deliveries
-    return deliveries[deliveries["batch_id"].isna()]
+    """One row per signed request (``own_requests``): events sent alone and batch requests."""
+    return deliveries[own_requests(deliveries)]
 
 
 def events_and_requests(deliveries: pd.DataFrame, by: By = "partner_name") -> pd.DataFrame:
     """Columns ``*by, events, events_delivered, requests, batch_requests, requests_delivered``.
 
-    An event is one event for one partner; a request is one signed POST: an event sent alone, or a
-    batch carrying several events. Counting both as "deliveries" would count a batched event twice.
-    Takes ``with_batches(load_deliveries(), load_delivery_batches())``. Without ``by``, one row
-    (zeros for an empty log).
+    An event is one event for one partner; a request is one signed POST, sent or to be sent: an
+    event sent alone, or a batch carrying several events (``own_requests``: not an event waiting for
+    its batch, nor one cancelled unsent). Counting both as "deliveries" would count a batched event
+    twice. Takes ``with_batches(load_deliveries(), load_delivery_batches())``. Without ``by``, one
+    row (zeros for an empty log).
     """
     if "is_batch" not in deliveries.columns:
         raise ValueError("events and requests are told apart by with_batches (batch_id, is_batch)")
     keys = _keys(by)
     delivered = deliveries["status"].eq(DELIVERED)
     is_event = ~deliveries["is_batch"]
-    is_request = deliveries["batch_id"].isna()
+    is_request = own_requests(deliveries)
     counted = {
         "events": is_event,
         "events_delivered": is_event & delivered,
@@ -437,9 +455,10 @@ def action_items(
     Issues, in the order to handle them: ``disabled`` (the service stopped sending after the
     partner failed without a break for ``SERVICE_WEBHOOK_DISABLE_AFTER``; ``count`` events wait
     for a resume once the endpoint is fixed), ``paused`` (the partner answered 410 Gone, or an
-    admin paused it; ``count`` events wait for a resume), ``failed`` (``count`` deliveries spent their
-    retry schedule; an admin retry sends them again), ``unreliable`` (an active partner whose
-    attempt success rate is below ``min_success_rate``; ``count`` attempts did not succeed).
+    admin paused it: a 410 answered before a resume is not the cause, ``_pausing_answers``;
+    ``count`` events wait for a resume), ``failed`` (``count`` deliveries spent their retry
+    schedule; an admin retry sends them again), ``unreliable`` (an active partner whose attempt
+    success rate, before rounding, is below ``min_success_rate``; ``count`` attempts did not succeed).
     Frames as ``load_partners``, ``load_deliveries`` and ``load_attempts`` return them; no row
     means nothing to act on (``action_report`` says so). A removed partner is never on the list:
     nothing can be sent to it again, and the commands would answer 404.
@@ -461,7 +480,7 @@ def action_items(
             )
 
         if partner.status == PAUSED:
-            gone = tried[tried["outcome"].eq(PAUSED)]
+            gone = _pausing_answers(mine, tried)
             why = f"after answering {gone['status_code'].iloc[-1]}" if len(gone) else "by an admin"
             add(
                 PAUSED,
@@ -494,11 +513,13 @@ def action_items(
             over = f" over the {label}"
         if len(judged) and partner.status not in (PAUSED, DISABLED):  # their first step is a resume
             [rate] = success_rate(judged, by=None).itertuples()
-            if rate.success_rate < min_success_rate:
+            exact = rate.succeeded / rate.attempts  # the table's rate is rounded, for display only
+            if exact < min_success_rate:
                 add(
                     UNRELIABLE,
                     rate.attempts - rate.succeeded,
-                    f"{SUCCESS_RATE}{over} {rate.success_rate:.0%}, below {min_success_rate:.0%}; "
+                    f"{SUCCESS_RATE}{over} {percent(exact, min_success_rate)}, "
+                    f"below {min_success_rate:.0%}; "
                     f"errors: {_tally(judged.loc[judged['outcome'].ne(DELIVERED), 'error_class'])}",
                     f"{CLI} test {partner.id}",
                 )
@@ -508,6 +529,31 @@ def action_items(
         ["issue", "partner_name"], key=lambda column: column.map(order) if column.name == "issue" else column
     )
     return out.reset_index(drop=True)
+
+
+def _pausing_answers(deliveries: pd.DataFrame, attempts: pd.DataFrame) -> pd.DataFrame:
+    """The 410 answers that keep the partner paused now: none when an admin paused it.
+
+    A 410 pauses its partner and puts its delivery back to ``pending``, due again on resume, which
+    sends it at once. So while a 410 is still the last attempt of a delivery still ``pending``, the
+    partner has not been resumed since, and the pause is that answer's. A 410 followed by another
+    attempt of its delivery was answered before a resume: the partner was paused again since, by
+    an admin (the log holds no word of it). ``updated_at`` cannot tell: a 410's pause comes after
+    the attempt started, and any edit of the partner (name, URL, secret) moves it later still.
+    """
+    last = attempts.groupby("delivery_id", sort=False).tail(1)  # attempts come oldest first
+    pending = deliveries.loc[deliveries["status"].eq(str(DeliveryStatus.PENDING)), "id"]
+    return last[last["outcome"].eq(PAUSED) & last["delivery_id"].isin(pending)]
+
+
+def percent(rate: float, threshold: float, decimals: int = 0) -> str:
+    """``rate`` in percent to ``decimals`` places; one under ``threshold`` that rounding would lift
+    to it is cut one place further instead (94.9%, not 95%): below the line never reads as on it."""
+    text = f"{rate:.{decimals}%}"
+    if rate < threshold <= float(text.rstrip("%")) / 100:
+        places = decimals + 1
+        text = f"{math.floor(rate * 10 ** (places + 2)) / 10**places:.{places}f}%"
+    return text
 
 
 def _tally(classes: pd.Series) -> str:

@@ -204,6 +204,16 @@ def test_success_rate_chart_draws_the_threshold() -> None:
     assert (below, above) == (matplotlib.colors.to_hex(charts.BELOW_COLOR), matplotlib.colors.to_hex(charts.BAR_COLOR))
 
 
+def test_a_rate_that_rounds_to_the_threshold_is_drawn_below_it() -> None:
+    """968 of 1,019 attempts is 94.995%, 0.95 once rounded: its bar is in the warning colour, and
+    labelled in figures that read below the line."""
+    rates = pd.DataFrame({"partner": ["Big"], "attempts": [1019], "succeeded": [968], "success_rate": [0.95]})
+    ax = only_axes(charts.success_rate_chart(rates, threshold=0.95))
+    [bar] = bars(ax)
+    assert matplotlib.colors.to_hex(bar.get_facecolor()) == matplotlib.colors.to_hex(charts.BELOW_COLOR)
+    assert [text.get_text() for text in ax.texts] == ["94.99%"]
+
+
 def test_success_rate_chart_overall() -> None:
     """An ungrouped rate is one bar labelled "all"."""
     overall = pd.DataFrame({"attempts": [6], "succeeded": [5], "success_rate": [0.8333]})

@@ -411,6 +411,7 @@ def test_a_paused_partner_counts_every_event_waiting_for_it() -> None:
                 "id": ["e1", "e2", "e3", "e4", "b1", "e5"],
                 "partner_id": ["p_gone"] * 6,
                 "status": ["pending", "batching", "batched", "batched", "pending", "delivered"],
+                "attempts": [0, 0, 0, 0, 1, 1],
             }
         ),
         pd.DataFrame(
@@ -433,6 +434,41 @@ def test_a_paused_partner_counts_every_event_waiting_for_it() -> None:
     }
 
 
+def test_a_request_is_only_what_goes_out_as_a_post_of_its_own() -> None:
+    """Acme sent one event alone, has one to send, two waiting for their batch and two in a batch
+    not sent yet: three requests, the two waiting not among them. Gone was removed: of its cancelled
+    deliveries only the one tried before counts; neither the pending one nor the one waiting for a
+    batch ever went out. Every one of them used to count: 5 requests and 3."""
+    log = deliveries.with_batches(
+        pd.DataFrame(
+            {
+                "id": ["s1", "s2", "w1", "w2", "m1", "m2", "b1", "c1", "c2", "c3"],
+                "partner_name": ["Acme"] * 7 + ["Gone"] * 3,
+                "status": [
+                    *("delivered", "pending", "batching", "batching", "batched", "batched", "pending"),
+                    *("cancelled", "cancelled", "cancelled"),
+                ],
+                "attempts": [1, 0, 0, 0, 0, 0, 0, 0, 2, 0],
+            }
+        ),
+        pd.DataFrame(
+            {"id": ["m1", "m2", "b1"], "batch_id": ["b1", "b1", None], "is_batch": [False, False, True]}
+        ),
+    )
+    expected = pd.DataFrame(
+        {
+            "partner_name": ["Acme", "Gone"],
+            "events": [6, 3],
+            "events_delivered": [1, 0],
+            "requests": [3, 1],
+            "batch_requests": [1, 0],
+            "requests_delivered": [1, 0],
+        }
+    )
+    assert_frame_equal(deliveries.events_and_requests(log), expected)
+    assert deliveries.requests_only(log)["id"].tolist() == ["s1", "s2", "b1", "c2"]
+
+
 def operator_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     # Gone answered 410 and was paused with one delivery waiting; Flaky failed one delivery for
     # good and succeeded on 1 of its 4 attempts; Fine never failed.
@@ -449,6 +485,7 @@ def operator_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
             "id": ["g1", "g2", "f1", "f2", "ok"],
             "partner_id": ["p_gone", "p_gone", "p_flaky", "p_flaky", "p_fine"],
             "status": ["delivered", "pending", "failed", "delivered", "delivered"],
+            "attempts": [1, 1, 2, 2, 1],
         }
     )
     rows = [
@@ -488,6 +525,86 @@ def test_action_items() -> None:
     assert_frame_equal(deliveries.action_items(*operator_frames()), expected)
 
 
+def test_a_pause_is_put_down_to_a_410_only_while_that_answer_holds_it() -> None:
+    """Maint answered 410 two weeks ago, was resumed, delivered that event and more, and an admin
+    paused it today: the 410 is history. Gone answered 410 and waits, renamed since (a later
+    ``updated_at``): the 410 holds it. Again was resumed after a 410 and answered 410 once more."""
+    partners = pd.DataFrame(
+        {
+            "id": ["p_again", "p_gone", "p_maint"],
+            "name": ["Again", "Gone", "Maint"],
+            "status": ["paused"] * 3,
+            "updated_at": utc("2024-03-03T10:00:00", "2024-03-05T09:00:00", "2024-03-14T11:00:00"),
+        }
+    )
+    log = pd.DataFrame(
+        {
+            "id": ["m0", "m1", "m2", "g1", "a1"],
+            "partner_id": ["p_maint", "p_maint", "p_maint", "p_gone", "p_again"],
+            "status": ["delivered", "delivered", "pending", "pending", "pending"],
+            "attempts": [2, 1, 0, 1, 2],
+        }
+    )
+    rows = [
+        ("m0", "p_maint", 410, "http_410", "paused"),
+        ("a1", "p_again", 410, "http_410", "paused"),
+        ("g1", "p_gone", 410, "http_410", "paused"),
+        ("m0", "p_maint", 200, None, "delivered"),
+        ("a1", "p_again", 410, "http_410", "paused"),
+        ("m1", "p_maint", 200, None, "delivered"),
+    ]
+    attempts = pd.DataFrame(
+        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
+    ).astype({"status_code": "Int64"})
+    actions = deliveries.action_items(partners, log, attempts)
+    assert actions.set_index("partner_name")["detail"].str.split(";").str[0].to_dict() == {
+        "Again": "paused 2024-03-03 10:00 UTC after answering 410",
+        "Gone": "paused 2024-03-05 09:00 UTC after answering 410",
+        "Maint": "paused 2024-03-14 11:00 UTC by an admin",
+    }
+
+
+def test_a_rate_that_rounds_to_the_threshold_is_still_below_it() -> None:
+    """968 of 1,019 attempts is 94.995%, which the table rounds to 0.95: the partner is below 95%
+    all the same, and the detail says so in figures that read below it, not "95%, below 95%"."""
+    partners = pd.DataFrame(
+        {"id": ["p_big"], "name": ["Big"], "status": ["active"], "updated_at": utc("2024-03-01T00:00:00")}
+    )
+    log = pd.DataFrame({"id": ["d1"], "partner_id": ["p_big"], "status": ["delivered"], "attempts": [1]})
+    attempts = pd.DataFrame(
+        {
+            "delivery_id": ["d1"] * 1019,
+            "partner_id": ["p_big"] * 1019,
+            "status_code": pd.array([200] * 968 + [503] * 51, dtype="Int64"),
+            "error_class": [None] * 968 + ["http_503"] * 51,
+            "outcome": ["delivered"] * 968 + ["retry"] * 51,
+        }
+    )
+    assert deliveries.success_rate(attempts, by=None)["success_rate"].tolist() == [0.95]
+    actions = deliveries.action_items(partners, log, attempts)
+    assert actions[["issue", "count", "detail"]].to_dict("list") == {
+        "issue": ["unreliable"],
+        "count": [51],
+        "detail": ["attempt success rate 94.9%, below 95%; errors: http_503: 51"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("rate", "decimals", "shown"),
+    [
+        (0.94995, 0, "94.9%"),
+        (0.94995, 1, "94.99%"),
+        (0.9499, 0, "94.9%"),
+        (0.8182, 0, "82%"),
+        (0.95, 0, "95%"),
+        (0.9996, 1, "100.0%"),
+    ],
+)
+def test_a_rate_below_the_threshold_never_reads_as_on_it(rate: float, decimals: int, shown: str) -> None:
+    """Rounded as usual, but where that would lift a rate under 95% to 95% it is cut a place further."""
+    assert deliveries.percent(rate, 0.95, decimals) == shown
+
+
 def test_a_disabled_partner_is_an_action_item_and_a_removed_one_never_is() -> None:
     """The service disabled Dead after days of failure, with two deliveries waiting: it heads the
     list, with its resume. Gone was removed by an admin: its failed delivery and poor rate are
@@ -505,6 +622,7 @@ def test_a_disabled_partner_is_an_action_item_and_a_removed_one_never_is() -> No
             "id": ["d1", "d2", "g1", "ok"],
             "partner_id": ["p_dead", "p_dead", "p_gone", "p_fine"],
             "status": ["pending", "pending", "failed", "delivered"],
+            "attempts": [1, 1, 1, 1],
         }
     )
     rows = [
