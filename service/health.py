@@ -32,7 +32,9 @@ FAILING = {
 }
 
 
-async def _answers(check: Any) -> bool:
+async def answers(check: Any) -> bool:
+    """Whether ``check`` (an awaitable) came back true within ``PROBE_WITHIN`` seconds: a store that
+    does not answer is down, to a probe and to a metrics scrape alike."""
     try:
         async with asyncio.timeout(PROBE_WITHIN):
             return bool(await check)
@@ -75,7 +77,7 @@ def create_blueprint() -> Blueprint:
     @bp.get("/readyz")
     async def readyz(request: Request) -> HTTPResponse:
         ctx = request.app.ctx
-        database, limits = await asyncio.gather(ctx.probe.answers(), _answers(ctx.limiter.ready()))
+        database, limits = await asyncio.gather(ctx.probe.answers(), answers(ctx.limiter.ready()))
         status, body = readiness(database, limits, failing_parts(ctx))
         return json_response(body, status=status)
 

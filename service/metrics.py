@@ -135,13 +135,15 @@ class Metrics:
         )
         self.queue_depth = Gauge(
             "service_webhook_queue_depth",
-            "Undelivered deliveries (pending, delivering), by state, read when metrics are scraped.",
+            "Undelivered deliveries (pending, delivering, batching), by state, read when metrics are "
+            "scraped.",
             ["status"],
             registry=self.registry,
         )
         self.waiting = Gauge(
             "service_webhook_deliveries_waiting",
-            "Undelivered deliveries (pending, delivering) per partner, read when metrics are scraped.",
+            "Undelivered deliveries (pending, delivering, batching) per partner, read when metrics are "
+            "scraped.",
             ["partner"],
             registry=self.registry,
         )
@@ -154,7 +156,8 @@ class Metrics:
         self.overdue = Gauge(
             "service_webhook_overdue_seconds",
             "How long each partner's earliest undelivered delivery has been due and not sent (0 when "
-            "none is past due): a retry counts from its time, a claim from its lease's end.",
+            "none is past due): a retry counts from its time, a claim from its lease's end, a delivery "
+            "waiting for its batch from its batch's longest wait.",
             ["partner"],
             registry=self.registry,
         )
@@ -223,7 +226,9 @@ class Metrics:
     def set_outbox(self, stats: OutboxFigures, now: datetime) -> None:
         """The outbox gauges, from what ``service.webhooks.stats`` read at scrape time.
 
-        Every partner has a series; one that is gone drops out, as does a state no longer listed.
+        Every partner listed has a series (``stats`` lists those not removed, and a removed one
+        only while something of its own still waits); one no longer listed drops out, as does a
+        state.
         """
         self.queue_depth.clear()
         for status, count in stats.by_status.items():

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from service.webhooks import scrape
 from tests.tools import require_tool
 
 PROMETHEUS = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
@@ -77,3 +78,21 @@ def test_the_example_configuration_loads_the_rules(tmp_path: Path) -> None:
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f"SUCCESS: {len(alerts())} rules found" in checked.stdout
+
+
+def _seconds(duration: str) -> float:
+    """A Prometheus duration of one unit (5s, 1m) in seconds."""
+    units = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    unit = "ms" if duration.endswith("ms") else duration[-1]
+    return float(duration.removesuffix(unit)) * units[unit]
+
+
+def test_a_scrape_answers_within_the_configured_timeout() -> None:
+    """Every job's scrape_timeout leaves a scrape its database bound with room to spare and stays
+    within the interval: a silent database makes a target not ready (service_ready 0), never down."""
+    config = yaml.safe_load((PROMETHEUS / "prometheus.yml").read_text())
+    shipped = config["global"]
+    for job in config["scrape_configs"]:
+        timeout = _seconds(job.get("scrape_timeout", shipped["scrape_timeout"]))
+        interval = _seconds(job.get("scrape_interval", shipped["scrape_interval"]))
+        assert 2 * scrape.DATABASE_WITHIN < timeout <= interval, job["job_name"]

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from webhook_helpers import Receiver, onboard, publish, room_claimed, settings
 
 from service.clock import ManualClock
-from service.db.engine import create_engine
+from service.db.engine import POSTGRESQL_COMMAND_TIMEOUT_S, POSTGRESQL_CONNECT_TIMEOUT_S, create_engine
 from service.metrics import Metrics
 from service.webhooks import worker_http
 
@@ -82,17 +82,31 @@ async def serving(
         yield get
 
 
+# What one use of a silent PostgreSQL waits before it fails (service.db.engine's limits): a pooled
+# connection's pre-ping (the command timeout), then a fresh connection's attempt (the connect
+# timeout); once a ping has failed the pool drops the connections it held, and later uses wait for a
+# connection attempt alone. A failed turn's wait: the worker's lock, held by a roster beat and a
+# pruning batch failing too, then its own use; then the loop pauses one poll interval (1 s here).
+PING, CONNECT, POLL = POSTGRESQL_COMMAND_TIMEOUT_S, POSTGRESQL_CONNECT_TIMEOUT_S, 1.0
+SEEN_FAILED_TURN = CONNECT + CONNECT + POLL  # a beat's attempt, then the turn's: what the audit saw
+LONGEST_FAILED_TURN = (PING + CONNECT) + CONNECT + CONNECT + POLL
+STUCK = "The delivery loop has not turned recently."
+
+
 @pytest.mark.parametrize(
     ("quiet", "status", "body"),
     [
         (0.25, 200, {"ok": True, "sinceTurn": 0.25}),
-        (15.0, 200, {"ok": True, "sinceTurn": 15.0}),  # five poll intervals and one database wait
-        (15.5, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 15.5}),
-        (3600.0, 503, {"ok": False, "message": "The delivery loop has not turned recently.", "sinceTurn": 3600.0}),
+        (SEEN_FAILED_TURN, 200, {"ok": True, "sinceTurn": 21.0}),
+        (LONGEST_FAILED_TURN, 200, {"ok": True, "sinceTurn": 41.0}),
+        (45.0, 200, {"ok": True, "sinceTurn": 45.0}),  # five poll intervals and two database waits
+        (45.5, 503, {"ok": False, "message": STUCK, "sinceTurn": 45.5}),
+        (3600.0, 503, {"ok": False, "message": STUCK, "sinceTurn": 3600.0}),
     ],
 )
 async def test_healthz_follows_the_loops_turns(sqlite_url: str, clock: ManualClock, quiet: float, status: int, body: Any) -> None:
-    """Alive while the loop turned within the last few poll intervals; 503 once it is stuck."""
+    """Alive while the loop turned within the last few poll intervals, or is retrying a database
+    that does not answer (a turn failing after the longest it waits on it); 503 once it is stuck."""
     monotonic = Monotonic(1000.0)
     async with serving(sqlite_url, clock, heartbeat=Beat(1000.0 - quiet), monotonic=monotonic) as get:
         answer = await get("/healthz")
@@ -108,6 +122,26 @@ async def test_a_stuck_loop_is_seen_without_waiting(sqlite_url: str, clock: Manu
         assert (await get("/healthz"))[0] == 503
         beat.last_turn = monotonic.now  # it turned again
         assert (await get("/healthz"))[0] == 200
+
+
+async def test_a_loop_retrying_a_silent_database_never_goes_stale(sqlite_url: str, clock: ManualClock) -> None:
+    """Turn after turn failing after the longest wait on the database, each turn starting as the
+    last one's pause ends: /healthz answers 200 throughout, and 503 once the loop stops turning."""
+    beat, monotonic = Beat(0.0), Monotonic(0.0)
+    async with serving(sqlite_url, clock, heartbeat=beat, monotonic=monotonic) as get:
+        for _ in range(5):
+            monotonic.now += LONGEST_FAILED_TURN  # the turn failed, the loop paused
+            assert (await get("/healthz"))[:2] == (200, {"ok": True, "sinceTurn": LONGEST_FAILED_TURN})
+            beat.last_turn = monotonic.now  # the next turn begins
+        monotonic.now += worker_http.stale_after(POLL) + 0.5  # it stopped turning
+        assert (await get("/healthz"))[0] == 503
+
+
+def test_the_window_is_five_poll_intervals_and_two_database_waits() -> None:
+    """Derived from the engine's limits, not a figure of its own: 45 s at the default poll interval."""
+    assert worker_http.DATABASE_WAIT == PING + CONNECT
+    assert worker_http.stale_after(POLL) == 5 * POLL + 2 * (PING + CONNECT) == 45.0
+    assert worker_http.stale_after(POLL) >= LONGEST_FAILED_TURN
 
 
 @pytest.mark.parametrize(

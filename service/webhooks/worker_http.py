@@ -5,11 +5,13 @@ with aiohttp, which the sender already uses:
 
 - ``/healthz``: 200 while the worker's loop has turned within the last ``stale_after`` seconds,
   503 once it has not; a supervisor restarts a worker stuck on something that never returns. An
-  idle loop still turns every poll interval, so only a stuck one goes quiet.
+  idle loop still turns every poll interval, and one retrying a database that does not answer
+  every failed turn, so only a stuck one goes quiet.
 - ``/readyz``: 200 while the database answers ``SELECT 1`` within 1.5 s and the loop's last
   transaction did not fail, 503 otherwise.
 - ``/metrics``: the worker's own counters (attempts by partner and outcome, attempt durations),
-  the outbox and partner gauges read at scrape time (``service.webhooks.scrape``), and the loop's
+  the outbox and partner gauges read at scrape time (``service.webhooks.scrape``: left out, and
+  ``service_ready`` 0, when the database does not answer within 1.5 s), and the loop's
   own: ``service_webhook_worker_last_turn_timestamp_seconds`` (Unix time of its last turn) beside
   ``service_webhook_worker_stale_after_seconds`` (how long ``/healthz`` lets it be quiet), so an
   alert tells exactly what ``/healthz`` tells: ``timestamp(last turn) - last turn > stale after``
@@ -33,20 +35,34 @@ from prometheus_client import Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from service.clock import Clock
-from service.db.engine import POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS, Probe
+from service.db.engine import (
+    POSTGRESQL_COMMAND_TIMEOUT_S,
+    POSTGRESQL_CONNECT_TIMEOUT_S,
+    SQLITE_BUSY_TIMEOUT_MS,
+    Probe,
+)
 from service.errors import MethodNotAllowed, NotFound
 from service.exceptions import error_body
 from service.metrics import CONTENT_TYPE, Metrics
-from service.webhooks.scrape import refresh_gauges
+from service.webhooks import scrape as gauges
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8001  # the server's default is 8000
 PROBE_WITHIN = 1.5  # /readyz answers within 2 s whatever the database does
 FAILING = "The delivery worker's last turn failed."
 LIVENESS_TURNS = 5  # poll intervals without a turn before the loop counts as stuck
-# A turn may also wait this long on the database without being stuck: a PostgreSQL connection
-# attempt gives up after its connect timeout, a SQLite write after its busy timeout.
-DATABASE_WAIT = max(POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS / 1000)
+# The longest one use of the database waits before it fails, the database silent: on PostgreSQL the
+# pool's pre-ping of a pooled connection (its command timeout), then a fresh connection's attempt
+# (its connect timeout); a SQLite write waits for the lock its busy timeout.
+DATABASE_WAIT = max(
+    POSTGRESQL_COMMAND_TIMEOUT_S + POSTGRESQL_CONNECT_TIMEOUT_S, SQLITE_BUSY_TIMEOUT_MS / 1000
+)
+# A failed turn waits that long twice without being stuck: for the worker's transaction lock, held
+# by a roster beat or a pruning batch failing the same way, then for its own use; the loop's pause
+# after it is one of the poll intervals. Only the first failure pays the pre-ping (a timed-out ping
+# drops every pooled connection), so a beat and a pruning batch both ahead of it stay within it
+# too. A silent PostgreSQL kept turns 20 s apart: a beat's connection attempt, then the turn's.
+TURN_DATABASE_WAITS = 2
 
 
 class Heartbeat(Protocol):
@@ -55,7 +71,7 @@ class Heartbeat(Protocol):
 
 def stale_after(poll_interval: float) -> float:
     """Seconds without a turn after which the loop is stuck, for a worker polling this often."""
-    return LIVENESS_TURNS * poll_interval + DATABASE_WAIT
+    return LIVENESS_TURNS * poll_interval + TURN_DATABASE_WAITS * DATABASE_WAIT
 
 
 def loop_gauges(metrics: Metrics, last_turn: Callable[[], float], stale_after: float) -> None:
@@ -122,13 +138,14 @@ def create_app(
 
     async def scrape(request: web.Request) -> web.Response:
         # 1 exactly when /readyz would answer 200: the database reachable, the loop's turns working.
-        database = await refresh_gauges(engine, metrics, clock())
+        database = await gauges.refresh_gauges(engine, metrics, clock())
         metrics.ready.set(1 if database and not getattr(heartbeat, "failing", False) else 0)
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     probe = Probe(engine, within=PROBE_WITHIN)
     app = web.Application(middlewares=[json_errors])
     app.on_cleanup.append(lambda app: probe.close())
+    app.on_cleanup.append(lambda app: gauges.close(engine))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", scrape)
