@@ -18,20 +18,20 @@ from typing import Any
 
 from service.clock import format_timestamp
 from service.webhooks import runtime
-from tests.webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, settings
+from tests.webhook_helpers import (
+    AUTH,
+    Receiver,
+    Reply,
+    deliveries,
+    drain,
+    onboard,
+    publish,
+    settings,
+    trending,
+)
 
 BATCHED = {"events": ["room.trending"], "maxEvents": 100, "maxWaitSeconds": 5}
 
-
-def trending(number: int) -> dict[str, Any]:
-    return {
-        "event": "room.trending",
-        "slug": f"room-{number}",
-        "roomUrl": f"https://launchrooms.example/rooms/room-{number}",
-        "metric": "visits",
-        "value": 1000 + number,
-        "window": "24h",
-    }
 
 
 def carried(body: bytes) -> list[str]:

@@ -13,19 +13,17 @@ import pytest
 
 from service.clock import format_timestamp
 from service.webhooks import partners
-from tests.webhook_helpers import AUTH, Receiver, Reply, deliveries, drain, onboard, publish, settings
-
-
-def trending(number: int) -> dict[str, Any]:
-    return {
-        "event": "room.trending",
-        "slug": f"room-{number}",
-        "roomUrl": f"https://launchrooms.example/rooms/room-{number}",
-        "metric": "visits",
-        "value": 1000 + number,
-        "window": "24h",
-    }
-
+from tests.webhook_helpers import (
+    AUTH,
+    Receiver,
+    Reply,
+    deliveries,
+    drain,
+    onboard,
+    publish,
+    settings,
+    trending,
+)
 
 BATCHED = {"batch": {"events": ["room.trending"], "maxEvents": 100, "maxWaitSeconds": 5}}
 

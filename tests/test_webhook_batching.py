@@ -24,6 +24,7 @@ from webhook_helpers import (
     publish,
     room_claimed,
     settings,
+    trending,
 )
 
 from service.clock import ManualClock, format_timestamp
@@ -39,16 +40,6 @@ CATALOG = catalog_document("https://launchrooms.example")
 BATCH_SCHEMA = Draft202012Validator(CATALOG["batchDelivery"]["bodySchema"])
 PAYLOAD_SCHEMAS = {entry["id"]: Draft202012Validator(entry["payloadSchema"]) for entry in CATALOG["events"]}
 
-
-def trending(number: int) -> dict[str, Any]:
-    return {
-        "event": "room.trending",
-        "slug": f"room-{number}",
-        "roomUrl": f"https://launchrooms.example/rooms/room-{number}",
-        "metric": "visits",
-        "value": 1000 + number,
-        "window": "24h",
-    }
 
 
 def high_score(number: int) -> dict[str, Any]:

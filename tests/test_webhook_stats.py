@@ -10,7 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
-from webhook_helpers import fixed_keyring, room_claimed
+from webhook_helpers import fixed_keyring, room_claimed, trending
 
 from service.clock import ManualClock
 from service.db.engine import create_engine
@@ -130,17 +130,6 @@ async def test_a_batchs_members_and_a_partners_rows_are_found_through_the_leaner
         names = await conn.run_sync(lambda sync: {index["name"] for index in inspect(sync).get_indexes("deliveries")})
     assert "ix_deliveries_partner_id" not in names
 
-
-def trending(number: int) -> dict[str, Any]:
-    """A room.trending event, a kind a partner may have batched."""
-    return {
-        "event": "room.trending",
-        "slug": f"room-{number}",
-        "roomUrl": f"https://launchrooms.example/rooms/room-{number}",
-        "metric": "visits",
-        "value": 1000 + number,
-        "window": "24h",
-    }
 
 
 async def _onboard(engine: AsyncEngine, clock: ManualClock, name: str, batch: BatchPolicy | None = None) -> str:

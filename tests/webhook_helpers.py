@@ -178,6 +178,18 @@ async def seed_outbox(
         await outbox.publish_event(engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock())
 
 
+def trending(number: int) -> dict[str, Any]:
+    """A room.trending event, a kind a partner may have batched."""
+    return {
+        "event": "room.trending",
+        "slug": f"room-{number}",
+        "roomUrl": f"https://launchrooms.example/rooms/room-{number}",
+        "metric": "visits",
+        "value": 1000 + number,
+        "window": "24h",
+    }
+
+
 def milestone(label: str = "1,000 rooms", value: int = 1000, **members: Any) -> dict[str, Any]:
     return {"event": "platform.milestone", "milestone": label, "value": value, **members}
 
