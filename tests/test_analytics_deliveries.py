@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -399,6 +400,12 @@ def test_states_count_events_waiting_for_a_batch_and_any_unknown_status() -> Non
     assert_frame_equal(deliveries.states(frame), expected)
 
 
+def attempts_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """The attempt log as ``action_items`` reads it, one row a ``(delivery, partner, status,
+    error class, outcome)``."""
+    return pd.DataFrame(rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]).astype({"status_code": "Int64"})
+
+
 def test_a_paused_partner_counts_every_event_waiting_for_it() -> None:
     """Paused with events pending, waiting for a batch and inside a pending batch: each event counts
     once, the batch request that carries two of them not beside them; only ``pending`` counted."""
@@ -422,10 +429,7 @@ def test_a_paused_partner_counts_every_event_waiting_for_it() -> None:
             }
         ),
     )
-    attempts = pd.DataFrame(
-        [("b1", "p_gone", 410, "http_410", "paused")],
-        columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"],
-    ).astype({"status_code": "Int64"})
+    attempts = attempts_frame([("b1", "p_gone", 410, "http_410", "paused")])
     actions = deliveries.action_items(partners, log, attempts)
     assert actions[["partner_name", "issue", "count"]].to_dict("list") == {
         "partner_name": ["Gone"],
@@ -497,9 +501,7 @@ def operator_frames() -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
         ("f2", "p_flaky", 200, None, "delivered"),
         ("ok", "p_fine", 200, None, "delivered"),
     ]
-    attempts = pd.DataFrame(
-        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
-    ).astype({"status_code": "Int64"})
+    attempts = attempts_frame(rows)
     return partners, log, attempts
 
 
@@ -553,9 +555,7 @@ def test_a_pause_is_put_down_to_a_410_only_while_that_answer_holds_it() -> None:
         ("a1", "p_again", 410, "http_410", "paused"),
         ("m1", "p_maint", 200, None, "delivered"),
     ]
-    attempts = pd.DataFrame(
-        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
-    ).astype({"status_code": "Int64"})
+    attempts = attempts_frame(rows)
     actions = deliveries.action_items(partners, log, attempts)
     assert actions.set_index("partner_name")["detail"].str.split(";").str[0].to_dict() == {
         "Again": "paused 2024-03-03 10:00 UTC after answering 410",
@@ -631,9 +631,7 @@ def test_a_disabled_partner_is_an_action_item_and_a_removed_one_never_is() -> No
         ("g1", "p_gone", 500, "http_500", "failed"),
         ("ok", "p_fine", 200, None, "delivered"),
     ]
-    attempts = pd.DataFrame(
-        rows, columns=["delivery_id", "partner_id", "status_code", "error_class", "outcome"]
-    ).astype({"status_code": "Int64"})
+    attempts = attempts_frame(rows)
     expected = pd.DataFrame(
         {
             "partner_name": ["Dead"],
