@@ -9,6 +9,10 @@
   connection carries on where it was, what was sent meanwhile delivered late.
 - ``down()``: every connection is cut and new ones are refused at once, as when the server is down;
   ``up()`` accepts them again.
+- ``hold_closes()``: when the server closes a connection, its last bytes reach the client but the
+  close does not. That is the moment between a server's goodbye and its close, held open:
+  ``closed_by_server(n)`` waits until the server has closed ``n``; ``pass_closes()`` passes on
+  those held and every later one.
 
 It runs on its own thread and event loop, so a test can drive a server in another process (or on
 another loop) while it flips the link.
@@ -24,8 +28,9 @@ from typing import Any
 class _Pipe(asyncio.Protocol):
     """One direction's receiving end: forwards what it reads to ``peer`` unless the link is dead."""
 
-    def __init__(self, link: _Link) -> None:
+    def __init__(self, link: _Link, upstream: bool = False) -> None:
         self.link = link
+        self.upstream = upstream
         self.transport: asyncio.Transport | None = None
         self.peer: _Pipe | None = None
         self.buffered: list[bytes] = []
@@ -50,14 +55,22 @@ class _Pipe(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.link.dead:
             return  # the other side never hears of it
+        if self.upstream:
+            self.link.server_closed = True
+            self.link.closed_by_server()
+            if self.link.closes_held:
+                return  # the client has what the server sent last, and not its close
         if self.peer is not None and self.peer.transport is not None:
             self.peer.transport.close()
 
 
 class _Link:
-    def __init__(self) -> None:
+    def __init__(self, closes_held: bool, closed_by_server: Any) -> None:
         self.dead = False
         self.frozen = False
+        self.closes_held = closes_held
+        self.closed_by_server = closed_by_server
+        self.server_closed = False
         self.pipes: list[_Pipe] = []
 
     def freeze(self) -> None:
@@ -96,6 +109,9 @@ class SilentProxy:
         self._silent = False
         self._frozen = False
         self._down = False
+        self._closes_held = False
+        self._server_closes = 0
+        self._closed = asyncio.Condition()
         self._links: list[_Link] = []
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="silent-proxy")
@@ -133,6 +149,44 @@ class SilentProxy:
 
     def up(self) -> None:
         self._call(self._set_down(False))
+
+    def hold_closes(self) -> None:
+        """From now on, a connection the server closes stays open to its client."""
+        self._call(self._hold_closes())
+
+    def pass_closes(self) -> None:
+        """Pass on the closes held, and every later one."""
+        self._call(self._pass_closes())
+
+    def closed_by_server(self, count: int) -> None:
+        """Wait (10 s at most) until the server has closed ``count`` connections in all."""
+        self._call(self._closed_by_server(count))
+
+    async def _hold_closes(self) -> None:
+        self._closes_held = True
+        for link in self._links:
+            link.closes_held = True
+
+    async def _pass_closes(self) -> None:
+        self._closes_held = False
+        for link in self._links:
+            link.closes_held = False
+            client = link.pipes[0]
+            if link.server_closed and client.transport is not None:
+                client.transport.close()
+
+    async def _closed_by_server(self, count: int) -> None:
+        async with self._closed:
+            await self._closed.wait_for(lambda: self._server_closes >= count)
+
+    def _server_closed(self) -> None:
+        self._server_closes += 1
+
+        async def tell() -> None:
+            async with self._closed:
+                self._closed.notify_all()
+
+        self._loop.create_task(tell())
 
     async def _freeze(self, frozen: bool) -> None:
         self._frozen = frozen
@@ -174,7 +228,7 @@ class SilentProxy:
 
     def _accept(self) -> _Pipe:
         self.connections += 1
-        link = _Link()
+        link = _Link(self._closes_held, self._server_closed)
         self._links.append(link)
         client = _Pipe(link)
         link.pipes.append(client)
@@ -190,7 +244,7 @@ class SilentProxy:
         return client
 
     async def _connect(self, link: _Link, client: _Pipe) -> None:
-        upstream = _Pipe(link)
+        upstream = _Pipe(link, upstream=True)
         try:
             await asyncio.get_running_loop().create_connection(lambda: upstream, *self.target)
         except OSError:

@@ -20,12 +20,14 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from service.clock import ManualClock
 from service.db import engine as db_engine
 from service.db.engine import create_engine, migrate
+from service.db.faults import unavailable
 from service.settings import Settings
 from service.webhooks import wiring
 from service.webhooks.claim import CLAIM_LOCK
@@ -284,6 +286,83 @@ def test_after_a_silent_link_heals_one_dead_pooled_connection_costs_one_wait_not
         answers, took = asyncio.run(scenario())
     assert answers == [True, True, True]
     assert took < 3 * timeout  # one ping's wait, then fresh connections
+
+
+_END_SESSION = text("SELECT pg_terminate_backend(:pid)")
+
+
+@pytest.mark.parametrize("use", ["pooled", "request", "held statement", "held copy"])
+def test_a_connection_that_read_the_servers_goodbye_before_its_close_is_replaced_not_failed(
+    scratch_postgres: str, use: str
+) -> None:
+    """The server ends a session (a restart, a failover, ``pg_terminate_backend``): its goodbye
+    reaches the connection, its close not yet (the proxy holds it), and the driver is out of step.
+    - Pooled: the next checkout pings, counts that as a disconnect and goes on with a new one.
+    - In a request's hands: the request fails as the database unavailable (a disconnect, 503),
+      not as a bug (500), and the connection is not pooled again.
+    - Held by the worker, met by a statement or by the driver's own COPY (the worker's log): it is
+      lost (``ConnectionLost``: the turn runs again at once, with no outage's pause).
+    Either way the next use works, on a new connection."""
+    with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
+
+        async def scenario() -> tuple[int, int, str]:
+            through = create_engine(_through(scratch_postgres, proxy), bounded=True)
+            direct = create_engine(scratch_postgres)
+            held = db_engine.HeldConnection(through)
+
+            async def pid(conn: Any) -> int:
+                return int(await conn.scalar(select(func.pg_backend_pid())) or 0)
+
+            async def end(session: int) -> None:
+                """End ``session``; once its goodbye is in, the loop reads it."""
+                async with direct.begin() as ending:
+                    assert await ending.scalar(_END_SESSION, {"pid": session})
+                await asyncio.to_thread(proxy.closed_by_server, 1)
+                for _ in range(3):
+                    await asyncio.sleep(0)
+
+            try:
+                proxy.hold_closes()
+                met = "nothing"
+                if use in ("pooled", "request"):
+                    try:
+                        async with through.connect() as conn:
+                            ended = await pid(conn)
+                            if use == "request":
+                                await end(ended)
+                    except DBAPIError as error:
+                        met = "disconnect" if error.connection_invalidated else repr(error)
+                    if use == "pooled":
+                        await end(ended)
+                    async with through.connect() as conn:
+                        return ended, await pid(conn), met
+                async def log(conn: Any) -> None:  # as the worker logs its attempts
+                    driver = (await conn.get_raw_connection()).driver_connection
+                    await driver.copy_records_to_table("logged", records=[(1,)])
+
+                async with held.transaction() as conn:  # held from here on
+                    await conn.execute(text("CREATE TEMPORARY TABLE logged (n integer)"))
+                    await log(conn)  # the driver has the table's columns from now on, as in a worker
+                try:
+                    async with held.transaction() as conn:
+                        await conn.execute(select(1))
+                        await end(ended := await pid(conn))
+                        await (conn.execute(select(1)) if use == "held statement" else log(conn))
+                except db_engine.ConnectionLost as lost:
+                    # The driver's own error, too, is the database unavailable, never a bug (500).
+                    met = "lost" if unavailable(lost.__cause__) else f"lost, {lost.__cause__!r} not unavailable"
+                async with held.transaction() as conn:
+                    after = await pid(conn)
+                await held.release()
+                return ended, after, met
+            finally:
+                proxy.pass_closes()  # the engine's goodbyes wait on the server's closes
+                await through.dispose()
+                await direct.dispose()
+
+        ended, after, met = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+    assert after not in (0, ended)
+    assert met == {"pooled": "nothing", "request": "disconnect"}.get(use, "lost")
 
 
 def test_a_listener_on_a_link_gone_silent_listens_again_once_it_heals(scratch_postgres: str) -> None:

@@ -33,7 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from service.db.faults import timed_out
+from service.db.faults import out_of_step, timed_out
 
 MIGRATIONS = "service.db:migrations"
 # How long a SQLite connection waits for another process's write lock before giving up; two server
@@ -236,18 +236,23 @@ def create_engine(database_url: str, *, bounded: bool = False, **options: Any) -
     options.setdefault("max_overflow", 10)
     options.setdefault("pool_pre_ping", True)
     engine = create_async_engine(url, **options)
-    event.listen(engine.sync_engine, "handle_error", _timed_out_is_disconnect)
+    event.listen(engine.sync_engine, "handle_error", _lost_is_disconnect)
     # Two of the dialect's documented hooks, set on this engine's dialect only: see each function.
     engine.dialect.do_ping = _ping_timeout_is_an_error(engine.dialect)  # type: ignore[method-assign,assignment]
     engine.dialect.do_terminate = _terminate_at_once  # type: ignore[method-assign]
     return engine
 
 
-def _timed_out_is_disconnect(context: ExceptionContext) -> None:
-    # asyncpg leaves a connection whose command timed out waiting on a cancel request, which a
-    # silent link never answers: every later use would wait behind it. Counted as a disconnect,
-    # SQLAlchemy closes it and the pool opens a fresh one.
-    if timed_out(context.original_exception):
+def _lost_is_disconnect(context: ExceptionContext) -> None:
+    # Two failures asyncpg leaves a connection no later use can go through, which SQLAlchemy does
+    # not count as a disconnect; counted as one, SQLAlchemy closes the connection, the pool opens a
+    # fresh one, and the error says the database is unavailable (503), not that the code failed:
+    # - a command that timed out: the connection waits on a cancel request, which a silent link
+    #   never answers, and every later use would wait behind it;
+    # - the server's goodbye read before its close (``faults.out_of_step``), as when the server
+    #   restarts while a request holds the connection.
+    error = context.original_exception
+    if timed_out(error) or out_of_step(error):
         context.is_disconnect = True
 
 
@@ -256,7 +261,7 @@ def _ping_timeout_is_an_error(dialect: Dialect) -> Callable[[Any], bool]:
 
     asyncpg's timeout is a bare ``TimeoutError``, which SQLAlchemy's pre-ping passes straight to the
     caller: each connection pooled before a link went silent would fail one use after the link
-    healed, ten seconds each. As the driver's error it reaches ``_timed_out_is_disconnect``, the
+    healed, ten seconds each. As the driver's error it reaches ``_lost_is_disconnect``, the
     pool drops every connection as old as that one, and the checkout goes on with a new one.
     """
     ping = dialect.do_ping
@@ -310,8 +315,8 @@ class HeldConnection:
     (``BRIEF_IDLE_IN_TRANSACTION_MS``) for its whole session, and goes back to the pool with the
     session's own bound when released. A transaction that fails discards it: the next one checks
     out a fresh connection, pinged. One that fails because the server had ended the connection
-    while it was held (what the ping would have caught) raises ``ConnectionLost``, so the holder
-    may run it again at once."""
+    while it was held (what the ping would have caught), whether the close had arrived or only the
+    server's goodbye before it, raises ``ConnectionLost``, so the holder may run it again at once."""
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
@@ -332,7 +337,10 @@ class HeldConnection:
         except BaseException as error:
             self._conn = None
             await _discard(conn)
-            if held_before and isinstance(error, DBAPIError) and error.connection_invalidated:
+            # A statement that met a lost connection says so; the driver's own COPY (the worker's
+            # log) raises asyncpg's error, which SQLAlchemy never sees (``faults.out_of_step``).
+            invalidated = isinstance(error, DBAPIError) and error.connection_invalidated
+            if held_before and (invalidated or out_of_step(error)):
                 raise ConnectionLost("the held connection was gone") from error
             raise
 

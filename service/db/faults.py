@@ -90,6 +90,26 @@ def timed_out(error: BaseException) -> bool:
     )
 
 
+def out_of_step(error: BaseException) -> bool:
+    """Whether asyncpg found its connection partway through an exchange no one had begun.
+
+    A server ending a session (a restart, a failover, ``pg_terminate_backend``, an idle bound) sends
+    its reason, then closes the socket. When the reason is read while the connection is idle and the
+    close has not yet been, asyncpg's protocol takes the unasked-for message as a broken exchange:
+    every later use raises ``InternalClientError``, the close arriving only later. The connection is
+    as good as closed. Where that error is what a rollback met, the rollback's own error carries it
+    as its context, so the context is followed here too.
+    """
+    seen: list[BaseException] = []
+    current: BaseException | None = error
+    while current is not None and current not in seen:
+        if isinstance(current, asyncpg.exceptions.InternalClientError):
+            return True
+        seen.append(current)
+        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
+    return False
+
+
 def rolled_back(error: BaseException) -> bool:
     """Whether PostgreSQL ended the transaction to break a deadlock (SQLSTATE 40P01) or a
     serialization conflict (40001): nothing of it was written, and it may be run again at once."""
@@ -100,6 +120,8 @@ def unavailable(error: BaseException) -> bool:
     """Whether ``error`` says the storage cannot do the work now (503), not that the request or the
     code is at fault; some such faults are also ``lasting``."""
     if isinstance(error, sqlalchemy.exc.DBAPIError) and error.connection_invalidated:
+        return True
+    if out_of_step(error):
         return True
     return any(isinstance(seen, _UNAVAILABLE) for seen in _chain(error)) or lasting(error)
 
