@@ -182,7 +182,7 @@ def test_an_attempt_in_flight_when_its_partner_is_removed_stays_cancelled(
             async with worker_for(client.app) as worker:
                 record = await worker.attempt(job)
                 async with client.app.ctx.engine.begin() as conn:
-                    effects = await settle.record(conn, [record], breaker=worker.breaker)
+                    effects = (await settle.record(conn, [record], breaker=worker.breaker)).effects
                     await partners.apply(conn, effects, now=worker.clock())
 
         client.run(answer_late())

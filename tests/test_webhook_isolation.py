@@ -190,7 +190,7 @@ def test_claims_ahead_of_free_slots_keep_two_workers_within_the_cap(database_url
                 Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
                 for job in first[:10]
             ]
-            await partners.apply(conn, await settle.record(conn, done, breaker=BreakerPolicy()), now=clock())
+            await partners.apply(conn, (await settle.record(conn, done, breaker=BreakerPolicy())).effects, now=clock())
         second = await claim("worker-b")  # worker-a still holds 2: one slot is left
         seen.append([len(second), *sorted({job.slots for job in second})])
         seen.append([len(await claim("worker-a"))])  # worker-b's 4 claimed rows exceed what is left
@@ -719,7 +719,7 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
         return Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
     async def settle_one(conn: Any, record: Settlement) -> list[tuple[str, Change]]:
-        effects = await settle.record(conn, [record], breaker=BreakerPolicy())
+        effects = (await settle.record(conn, [record], breaker=BreakerPolicy())).effects
         await partners.apply(conn, effects, now=clock())
         return settle.changes(effects)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import threading
 from collections import Counter
@@ -139,25 +140,28 @@ def test_a_killed_workers_claims_expire_and_go_out_again(make_client: Any, clock
         assert len(receiver.requests) == 1
 
 
+async def _claim_one(app: Any) -> list[Job]:
+    """One due delivery claimed as a worker would, under a lease of the app's settings."""
+    lease = lease_for(app.ctx.settings)
+    async with app.ctx.engine.begin() as conn:
+        return await claim_due(
+            conn, now=app.ctx.clock(), limit=1, lease=lease, default_cap=8, keyring=app.ctx.keyring
+        )
+
+
 def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: Any) -> None:
     """A worker that outlived its lease logs its attempt but does not change the delivery."""
     with Receiver() as receiver, make_client(**settings()) as client:
         onboard(client, receiver.url())
         publish(client, room_claimed())
         app = client.app
-
         lease = lease_for(app.ctx.settings)
-
-        async def claim() -> list[Job]:
-            async with app.ctx.engine.begin() as conn:
-                return await claim_due(
-                    conn, now=clock(), limit=1, lease=lease, default_cap=8, keyring=app.ctx.keyring
-                )
+        claim = partial(_claim_one, app)
 
         async def deliver(worker: Worker, job: Job) -> None:
             record = await worker.attempt(job)
             async with app.ctx.engine.begin() as conn:
-                effects = await settle.record(conn, [record], breaker=worker.breaker)
+                effects = (await settle.record(conn, [record], breaker=worker.breaker)).effects
                 await partners.apply(conn, effects, now=worker.clock())
 
         async def scenario() -> None:
@@ -178,6 +182,49 @@ def test_a_late_result_cannot_overwrite_a_newer_claim(make_client: Any, clock: A
             (1, "delivered"),
             (1, "retry"),
         ]
+
+
+def test_a_late_failure_settles_nothing_and_fails_no_delivery_for_good(
+    make_client: Any, clock: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker that outlived its lease gets a failure with the schedule spent: the attempt is
+    logged and counted as made, but the delivery is the newer claim's, so there is no "failed for
+    good" warning and no failed delivery counted, only an INFO line marked ``superseded``."""
+    with Receiver(Reply(500)) as receiver, make_client(**settings(webhook_retry_schedule=())) as client:
+        partner = onboard(client, receiver.url())
+        publish(client, room_claimed())
+        app = client.app
+        lease = lease_for(app.ctx.settings)
+        claim = partial(_claim_one, app)
+
+        async def scenario() -> tuple[frozenset[str], str, str]:
+            async with runtime.worker_for(app) as slow:
+                [stale] = await claim()
+                clock.advance(lease.total_seconds())
+                [fresh] = await claim()
+                record = await slow.attempt(stale)
+                async with app.ctx.engine.begin() as conn:
+                    recorded = await settle.record(conn, [record], breaker=slow.breaker)
+                    await partners.apply(conn, recorded.effects, now=slow.clock())
+                slow.recorder.committed([record], settle.changes(recorded.effects), recorded.superseded)
+                return recorded.superseded, fresh.delivery_id, record.outcome
+
+        with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
+            superseded, delivery_id, outcome = client.run(scenario())
+        assert outcome == "failed" and superseded == {delivery_id}
+        lines = [
+            (line.levelname, line.getMessage(), getattr(line, "superseded", False))
+            for line in caplog.records
+            if line.name == "service.webhooks.worker"
+        ]
+        assert ("INFO", "webhook attempt", True) in lines
+        assert not [line for line in lines if line[1] == "webhook delivery failed for good"], lines
+        [delivery] = deliveries(client)
+        assert delivery["status"] == "delivering"  # the newer claim's to settle
+        assert [(a["attempt"], a["outcome"]) for a in delivery["attempts"]] == [(1, "failed")]
+        text = client.get("/admin/metrics", headers=AUTH).text
+        assert f'service_webhook_attempts_total{{outcome="failed",partner="{partner["id"]}"}} 1.0' in text
+        assert "service_webhook_deliveries_failed_total{" not in text
 
 
 def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock: Any) -> None:

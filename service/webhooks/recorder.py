@@ -2,7 +2,8 @@
 
 An attempt counts only once its row is committed, so the worker hands each committed batch here:
 one metric per attempt (by partner and outcome) and its duration, a DEBUG line per delivered
-attempt, INFO for a retry, a WARNING when a delivery ends ``failed``; and a line and a metric for
+attempt, INFO for a retry, a WARNING when a delivery ends ``failed`` (INFO, marked ``superseded``, for
+an attempt whose claim had been taken over: its delivery is another claim's); and a line and a metric for
 every change of a partner's circuit (a WARNING when one opens or a partner is disabled). The lines
 keep the worker's logger name, which operators filter by.
 """
@@ -31,8 +32,14 @@ class Recorder:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
 
-    def committed(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
-        """Measure and log attempts whose rows are committed, and the circuits they moved."""
+    def committed(
+        self,
+        records: Sequence[Settlement],
+        changes: Sequence[tuple[str, Change]],
+        superseded: frozenset[str] = frozenset(),
+    ) -> None:
+        """Measure and log attempts whose rows are committed, and the circuits they moved. An
+        attempt ``superseded`` (``settle.Recorded``) counts as made, but ended no delivery."""
         metrics = self.metrics
         quiet = not log.isEnabledFor(logging.DEBUG)  # delivered attempts are DEBUG lines: asked once a turn
         for record in records:
@@ -41,11 +48,11 @@ class Recorder:
                 metrics.attempt_seconds.observe(record.duration_ms / 1000)
             if quiet and record.outcome is AttemptOutcome.DELIVERED:
                 continue
+            failed = record.outcome is AttemptOutcome.FAILED and record.job.delivery_id not in superseded
             level = {
                 AttemptOutcome.DELIVERED: logging.DEBUG,
-                AttemptOutcome.FAILED: logging.WARNING,  # the schedule is spent: someone should look
+                AttemptOutcome.FAILED: logging.WARNING if failed else logging.INFO,  # someone should look
             }.get(record.outcome, logging.INFO)
-            failed = record.outcome is AttemptOutcome.FAILED
             log.log(
                 level,
                 "webhook delivery failed for good" if failed else "webhook attempt",
@@ -58,6 +65,7 @@ class Recorder:
                     "error_class": record.error_class,
                     "outcome": record.outcome,
                     "duration_ms": record.duration_ms,
+                    **({"superseded": True} if record.job.delivery_id in superseded else {}),
                 },
             )
             if failed and metrics is not None:

@@ -186,6 +186,7 @@ def _mark_outcome_statement(postgres: bool) -> Any:
             claim_token=null(),
             updated_at=value["updated_at"],
         )
+        .returning(deliveries.c.id)
     )
 
 
@@ -197,13 +198,22 @@ def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, Change]]:
     return [(effect.partner_id, change) for effect in effects for change in effect.changes]
 
 
-async def record(
-    conn: AsyncConnection, records: Sequence[Settlement], *, breaker: BreakerPolicy
-) -> list[PartnerEffect]:
+class Recorded(NamedTuple):
+    """What ``record`` found: the attempts' effects on their partners, and the deliveries of those
+    retried, failed or paused that their attempt settled nothing for (``superseded``): the claim
+    it was made under had been taken over (its lease ran out before it was logged), and the
+    delivery is another claim's to settle. Such an attempt is logged and moves its partner's
+    circuit (it was made, and answered as it was), but e.g. did not fail its delivery for good."""
+
+    effects: list[PartnerEffect]
+    superseded: frozenset[str] = frozenset()
+
+
+async def record(conn: AsyncConnection, records: Sequence[Settlement], *, breaker: BreakerPolicy) -> Recorded:
     """Log the attempts and settle their deliveries in the caller's transaction; what they do to
     their partners, read under a lock on each partner's row (``partners.lock_standing``)."""
     if not records:
-        return []
+        return Recorded([])
     delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
@@ -215,9 +225,11 @@ async def record(
                 "b_at": max(record.finished_at for record in delivered),
             },
         )
+    superseded: frozenset[str] = frozenset()
     others = [record for record in records if record.outcome is not AttemptOutcome.DELIVERED]
     if others:
-        await conn.execute(_MARK_OUTCOME[conn.dialect.name], _outcome_params(conn.dialect, others))
+        marked = await conn.execute(_MARK_OUTCOME[conn.dialect.name], _outcome_params(conn.dialect, others))
+        superseded = frozenset(record.job.delivery_id for record in others) - set(marked.scalars())
     # After the statements above, which began the transaction on the driver's connection: the COPY
     # goes to that connection directly, and must not run before it is in the transaction.
     await _log(conn, records)
@@ -225,7 +237,7 @@ async def record(
     if settled_batches:
         await _follow_batches(conn, settled_batches)
     standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
-    return effects(records, standing, breaker)
+    return Recorded(effects(records, standing, breaker), superseded)
 
 
 async def claims(conn: AsyncConnection, delivery_ids: Sequence[str]) -> set[tuple[str, str | None]]:

@@ -637,8 +637,8 @@ class Worker:
                 if uncertain:
                     records = await self._still_claimed(conn, records, uncertain)
                 expired.extend(await self._changed_since_claim(conn))
-                effects = await settle.record(conn, records, breaker=self.breaker)
-                await partners.apply(conn, effects, now=self.clock())
+                recorded = await settle.record(conn, records, breaker=self.breaker)
+                await partners.apply(conn, recorded.effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
                 deep = _deep(records, self._delivered_last)
                 jobs = await self._claim(conn, claim, deep=deep) if claim else []
@@ -661,8 +661,8 @@ class Worker:
         self._answering |= self._delivered_last
         if expired:
             self._drained = False  # what it handed back is claimable again (a claim after it says)
-        changes = settle.changes(effects)
-        self._counted(records, changes)
+        changes = settle.changes(recorded.effects)
+        self._counted(records, changes, recorded.superseded)
         self._hold_back(records, changes)
         return len(records), jobs
 
@@ -733,8 +733,8 @@ class Worker:
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
                     async with self._db_lock, self.connection.transaction() as conn:
-                        effects = await settle.record(conn, [attempt], breaker=self.breaker)
-                        await partners.apply(conn, effects, now=self.clock())
+                        recorded = await settle.record(conn, [attempt], breaker=self.breaker)
+                        await partners.apply(conn, recorded.effects, now=self.clock())
                 except Exception as error:
                     if not refused_rows(error):
                         raise
@@ -744,8 +744,8 @@ class Worker:
                         "an attempt was logged without the response excerpt the database refused",
                         extra={"delivery": record.job.delivery_id, "partner": record.job.partner_id},
                     )
-                changes = settle.changes(effects)
-                self._counted([attempt], changes)
+                changes = settle.changes(recorded.effects)
+                self._counted([attempt], changes, recorded.superseded)
                 self._hold_back([attempt], changes)
                 break
             else:
@@ -801,10 +801,12 @@ class Worker:
             extra={"senders": self.concurrency, "pool": self.max_slots},
         )
 
-    def _counted(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
+    def _counted(
+        self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]], superseded: frozenset[str]
+    ) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
         self.logged += len(records)
-        self.recorder.committed(records, changes)
+        self.recorder.committed(records, changes, superseded)
 
     # --- one attempt --------------------------------------------------------------------------
 
