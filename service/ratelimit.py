@@ -425,6 +425,26 @@ class BatchedHits:
         return [int(number) for number in refused]
 
 
+def until_room(
+    limit: int, expiry: int, previous_count: int, previous_ttl: float, current_count: int, current_ttl: float
+) -> float:
+    """Seconds until one more hit fits a sliding-window counter (a storage's ``get_sliding_window``:
+    the counts and times to live of the previous and the current window), 0 if one fits now.
+
+    limits' arithmetic: a hit fits while ``floor(previous_count * previous_ttl / expiry +
+    current_count) + 1 <= limit``, that is while the weighted count is below ``limit``; the previous
+    window's weight falls as the current window runs out (``previous_ttl`` is what is left of it),
+    and at its end the current window becomes the previous one."""
+    left = current_ttl - expiry if current_count else previous_ttl  # of the current window
+    if current_count < limit:
+        if not previous_count:
+            return 0.0
+        # The previous window's weight must fall below what the current one leaves of the limit.
+        return max(0.0, left - (limit - current_count) * expiry / previous_count)
+    # No room in this window: in the next, its count weighs current_count * (1 - elapsed / expiry).
+    return left + max(0.0, expiry * (1 - limit / current_count))
+
+
 class RateLimiter:
     """A sliding window per (scope, client): no burst of twice the limit at a window edge.
 
@@ -485,8 +505,8 @@ class RateLimiter:
 
     async def hit(self, address: str) -> int | None:
         """Count one request from ``address`` against its client's limits and the global one, all
-        or none; the seconds to wait when a limit refuses it (the first that does, in that order:
-        then no limit counts it), else None."""
+        or none; when a limit refuses it (then none counts it), the seconds to wait until every
+        limit has room again for it (``_wait``), else None."""
         client = client_key(address, self.ipv6_prefix)
         counters, only = self._counters, self._only
         if counters is not None and only is not None:
@@ -494,7 +514,7 @@ class RateLimiter:
             # and the counter, as every registration pays for it.
             if counters.acquire(only.key_for(self.scope, client), only.amount, only.get_expiry()):
                 return None
-            return await self._wait(only, self.scope, client)
+            return await self._wait([(only, self.scope, client)], 0)
         limits = [(item, self.scope, client) for item in self.items]
         limits += [(item, self.global_scope, GLOBAL_CLIENT) for item in self.global_items]
         if counters is not None:
@@ -505,7 +525,7 @@ class RateLimiter:
             refused = await self._test_then_hit(limits)
         if refused is None:
             return None
-        return await self._wait(*limits[refused])
+        return await self._wait(limits, refused)
 
     @staticmethod
     def _hits(limits: list[tuple[RateLimitItem, str, str]]) -> list[tuple[str, int, int]]:
@@ -528,10 +548,20 @@ class RateLimiter:
             raise
         return None
 
-    async def _wait(self, item: RateLimitItem, scope: str, who: str) -> int:
-        """The seconds until ``item`` has room again for ``who``, at least 1."""
-        stats = await self.strategy.get_window_stats(item, scope, who)
-        return max(1, math.ceil(stats.reset_time - time.time()))
+    async def _wait(self, limits: list[tuple[RateLimitItem, str, str]], refused: int) -> int:
+        """Whole seconds after which the limit ``refused``, and every other of ``limits`` full now,
+        has room again: the first whole second past the last of them (``until_room``). Told only
+        the refusing limit's (``2/minute;2/hour``: 40 s), a client waiting as told would be refused
+        again by the next (then told 56 minutes); told limits' ``reset_time``, when the counts next
+        fall, not when they fall enough, it could be refused again, told a second more. Read on a
+        refusal only."""
+        waits = []
+        for at, (item, scope, who) in enumerate(limits):
+            window = await self.storage.get_sliding_window(item.key_for(scope, who), item.get_expiry())
+            wait = until_room(item.amount, item.get_expiry(), *window)
+            if at == refused or wait > 0:
+                waits.append(wait)
+        return math.floor(max(waits)) + 1
 
     async def ping(self) -> bool:
         return bool(await self.storage.check())

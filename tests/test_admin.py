@@ -119,7 +119,7 @@ def test_failed_attempts_are_throttled_per_client(make_client, rate_limit_storag
         public = client.get("/api/v1")
     assert statuses == [401] * 10
     assert (refused.status_code, refused.json) == (429, TOO_MANY)
-    assert 1 <= int(refused.headers["retry-after"]) <= 60
+    assert 1 <= int(refused.headers["retry-after"]) <= 61  # up to the first second past the minute
     assert (with_token.status_code, with_token.json) == (200, {"entries": []})
     assert public.status_code == 200
     locked = [record for record in caplog.records if record.name == "service.admin"]

@@ -44,7 +44,8 @@ def test_requests_over_the_limit_are_429_with_retry_after(make_client, rate_limi
         limited = post(client)
     assert statuses == [200, 200, 200]
     assert (limited.status_code, limited.json) == (429, LIMITED)
-    assert 1 <= int(limited.headers["retry-after"]) <= 60
+    # Up to the first whole second past the minute's end (the clock may stand at its start).
+    assert 1 <= int(limited.headers["retry-after"]) <= 61
 
 
 def test_invalid_requests_count_against_the_limit(make_client, rate_limit_storage):
@@ -188,6 +189,38 @@ def test_window_counters_decide_as_limits_own_memory_storage(script):
     with mock.patch.object(limits_memory, "time", clock):
         seen = asyncio.run(play())
     assert [outcome for mine, outcome in seen if mine] == [outcome for mine, outcome in seen if not mine]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(1, 6),
+    hits=st.lists(st.floats(0, 130, allow_nan=False), max_size=14),  # seconds after the start
+    then=st.floats(0, 130, allow_nan=False),
+)
+def test_until_room_is_when_the_next_hit_first_fits(limit, hits, then):
+    """``until_room`` over a counter's window: a hit that waits that long (and a hair) fits, one
+    that waits a second less does not, whatever the counts in the two windows (``limit``/minute)."""
+    from service.ratelimit import until_room
+
+    def history() -> tuple[WindowCounters, Seconds]:
+        clock = Seconds()
+        counters = WindowCounters(clock=clock)
+        for at in sorted(hits):
+            clock.now = Seconds().now + at
+            counters.acquire("k", limit, 60)
+        clock.now = Seconds().now + max([then, *hits])
+        return counters, clock
+
+    counters, _ = history()
+    wait = until_room(limit, 60, *asyncio.run(counters.get_sliding_window("k", 60)))
+    assert wait >= 0
+    later, moved = history()
+    moved.now += wait + 1e-6
+    assert later.acquire("k", limit, 60)
+    if wait >= 1:
+        sooner, moved = history()
+        moved.now += wait - 1
+        assert not sooner.acquire("k", limit, 60)
 
 
 def test_window_counters_forget_clients_once_their_windows_pass():
@@ -511,8 +544,32 @@ def test_a_newcomer_refused_on_the_overflow_counter_waits_for_its_window():
 
     with mock.patch.object(limits_strategies, "time", clock), mock.patch.object(ratelimit, "time", clock):
         waits = asyncio.run(play())
-    assert waits == [None] * 4 + [2000, 2000]
+    assert waits == [None] * 4 + [2001, 2001]  # the first whole second past the window's end
     assert limiter.storage.overflowed == 4
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"waitlist_rate_limit": "2/minute;2/hour"}, {"waitlist_rate_limit": "2/minute", "waitlist_global_rate_limit": "2/hour"}],
+    ids=["two windows", "client and global"],
+)
+def test_a_client_waiting_as_told_is_not_refused_again_by_another_full_limit(limits):
+    """Refused while two limits are full, a client is told the longer wait, not the first limit's:
+    waiting exactly that long, its next request passes."""
+    clock = Seconds()
+    limiter = RateLimiter(Settings(**limits), clock=clock)
+
+    async def play() -> tuple[list[int | None], int | None]:
+        waits = [await limiter.hit("198.51.100.7") for _ in range(3)]
+        assert waits[2] is not None
+        clock.now += waits[2]
+        return waits, await limiter.hit("198.51.100.7")
+
+    with mock.patch.object(limits_strategies, "time", clock), mock.patch.object(ratelimit, "time", clock):
+        waits, after = asyncio.run(play())
+    assert waits[:2] == [None, None]
+    assert waits[2] is not None and 60 < waits[2] <= 3600  # the hour's, not the minute's
+    assert after is None
 
 
 def test_the_limiter_bounds_the_memory_store_by_the_setting():
@@ -542,7 +599,7 @@ def test_the_global_limit_holds_every_client_together(monkeypatch, sqlite_url, r
         answers = [post(client, headers={"x-forwarded-for": f"203.0.113.{n + 1}"}) for n in range(4)]
     assert [answer.status_code for answer in answers] == [200, 200, 200, 429]
     assert answers[-1].json == LIMITED
-    assert 1 <= int(answers[-1].headers["retry-after"]) <= 60
+    assert 1 <= int(answers[-1].headers["retry-after"]) <= 61
 
 
 def test_the_global_limit_is_unset_by_default():
