@@ -28,7 +28,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import limits
 from limits import RateLimitItem, parse_many
@@ -555,9 +555,10 @@ class RateLimiter:
         again by the next (then told 56 minutes); told limits' ``reset_time``, when the counts next
         fall, not when they fall enough, it could be refused again, told a second more. Read on a
         refusal only."""
+        windows = cast(SlidingWindowCounterSupport, self.storage)  # as the strategy requires
         waits = []
         for at, (item, scope, who) in enumerate(limits):
-            window = await self.storage.get_sliding_window(item.key_for(scope, who), item.get_expiry())
+            window = await windows.get_sliding_window(item.key_for(scope, who), item.get_expiry())
             wait = until_room(item.amount, item.get_expiry(), *window)
             if at == refused or wait > 0:
                 waits.append(wait)
