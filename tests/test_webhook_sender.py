@@ -278,6 +278,58 @@ async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, s
     assert (attempt.status_code, attempt.response_excerpt) == (500, kept)
 
 
+def _utf16le(text: str) -> bytes:
+    return text.encode("utf-16-le")
+
+
+@pytest.mark.parametrize(
+    ("head", "body", "then", "kept"),
+    [
+        # In the character set it declares, or its byte order mark names: read as such.
+        ("Content-Type: text/plain; charset=utf-16", f"expected {SECRET}".encode("utf-16"), b"", "expected [secret]"),
+        ("", f"expected {SECRET}".encode("utf-16"), b"", "expected [secret]"),
+        ("Content-Type: text/plain; charset=rot13", f"expected {SECRET}".encode(), b"", "expected [secret]"),
+        # UTF-16 with neither, read as UTF-8: a NUL between each letter. Not kept at all.
+        ("", _utf16le(f"expected {SECRET}"), b"", send.SPELLED_APART),
+        ("", f"expected {SECRET[:20]}\u200b{SECRET[20:]}".encode(), b"", send.SPELLED_APART),
+        ("", f"expected {SECRET[:20]}\n{SECRET[20:]}".encode(), b"", send.SPELLED_APART),
+        # Cut short by the excerpt's bound: the key without its padding, or the start of one.
+        ("", f"expected {SECRET[:-1]}".encode(), b"=", "expected [secret]"),
+        ("", f"expected {SECRET[:30]}".encode(), SECRET[30:].encode(), "expected [secret]"),
+        ("", f"expected {SECRET.removeprefix('whsec_')[:12]}".encode(), b"more", "expected [secret]"),
+        ("", b"Signature received", b" more", "Signature received"),  # a word, not a key's start
+        ("", f"expected {OLDER[:-1]}".encode(), b"=", "expected [secret]"),  # any issued one, unpadded
+        # What holds no secret reads as before, its line breaks marked.
+        ("", b"line one\nline two", b"", "line one\ufffdline two"),
+        ("", b"cut short after a word", b" more", "cut short after a word"),
+    ],
+)
+async def test_a_secret_echoed_in_another_encoding_apart_or_cut_short_is_never_kept(
+    head: str, body: bytes, then: bytes, kept: str
+) -> None:
+    """An answer in UTF-16, one that spells the secret with characters between that do not show,
+    and one cut short by the excerpt's time bound (``then`` never comes in time) keep no secret."""
+    done = asyncio.Event()
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        length = len(body) + len(then)
+        writer.write(f"HTTP/1.1 401 No\r\nContent-Length: {length}\r\n{head + chr(13) + chr(10) if head else ''}\r\n".encode())
+        writer.write(body)
+        await writer.drain()
+        if then:
+            await done.wait()
+            writer.write(then)
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/hook"
+    async with server, Sender(timeout=10, allow_private=True, clock=ManualClock(), excerpt_timeout=0.05) as sender:
+        attempt = await sender.send(url=url, event="room.claimed", delivery_id="dlv_1", body=b"{}", secrets=[SECRET])
+        done.set()
+    assert (attempt.status_code, attempt.response_excerpt) == (401, kept)
+
+
 RETIRED = OLDER.removeprefix("whsec_")
 SIGNATURE = "v1,K7gNU3sdo+OL0wNhqoVWhr3g6s1xYv72ol/pe/Unols="  # 32 bytes of base64, as a key is
 RETIRED_SLASHED = "SC2Wc8/uXeOR+X/eTRyE+fjW8s8HhPz/uVi0Ay3nI2w="  # retired too, holding "+" and "/"

@@ -10,6 +10,7 @@ follows no redirect, is bounded by ``Settings.webhook_timeout``, and comes back 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import functools
 import json
 import re
@@ -403,18 +404,56 @@ async def _excerpt(
         pass  # the status already arrived; a body cut short does not change what it said
     if not data:
         return None
-    # Before the cut: a secret the cut would halve is all read here.
-    text = redact(data.decode("utf-8", errors="replace"))
+    text = _decoded(data, response.charset)
+    if not content.at_eof():  # cut short (by time or size): its last word may be a secret's start
+        text = _CUT_KEY.sub(REDACTED, text)
+    # Before the cut to EXCERPT_CHARS: a secret the cut would halve is all read here.
+    text = redact(text)
+    # A secret spelled with characters between that do not show (NULs: UTF-16 read as UTF-8; line
+    # breaks, format characters) is as much the secret, and ``readable`` would only mark them.
+    skeleton = "".join(char for char in text if char.isprintable() and char != "\ufffd")
+    if skeleton != text and redact(skeleton) != skeleton:
+        return SPELLED_APART
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
     return readable(text[:EXCERPT_CHARS])
 
 
+def _decoded(data: bytes | bytearray, charset: str | None) -> str:
+    """The answer's text, in the character set it declares or its byte order mark names, else
+    UTF-8; what does not decode is U+FFFD."""
+    for mark, codec in _BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            charset = codec
+            break
+    try:
+        return data.decode(charset or "utf-8", errors="replace")
+    except LookupError:  # no such text encoding (or a transform such as "rot13")
+        return data.decode("utf-8", errors="replace")
+
+
+_BYTE_ORDER_MARKS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16's: it begins with the same two bytes
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+    (codecs.BOM_UTF8, "utf-8-sig"),
+)
+
+
 REDACTED = "[secret]"
-# Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes),
-# whoever it belongs to, and the bare key alone (44 characters of base64, as a signature is).
-_ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}=")
+# The excerpt of an answer that spells a secret with characters between that do not show.
+SPELLED_APART = "[secret] (the answer spells a secret apart; its excerpt is not kept)"
+# Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes; its
+# last "=" only pads), whoever it belongs to, and the bare key alone (44 characters of base64, as
+# a signature is).
+_ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}(?:=|(?![A-Za-z0-9+/]))")
 _BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}=")
 _KEY_CHARS = 44
+# The end of an answer cut short, where it may be the start of a key: after ``whsec_``, or a run of
+# key characters long enough to matter and no longer than a key (11 give away 66 of its 256 bits).
+_CUT_KEY = re.compile(
+    re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]*=?\Z|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{12,43}=?\Z"
+)
 # How a partner's encoder may escape the three characters of a key that are not letters or digits
 # (no encoder escapes those), by the character the escape begins with: JSON as PHP (``\/``) or
 # .NET (``\u002B``) writes it, percent-encoding, HTML's named character references.
@@ -529,9 +568,13 @@ def redacted(text: str, secret: str) -> str:
     partner that echoes its signing secret (in an error page, say) must not have it kept in the
     attempt log, where listings and the console show it."""
     key = secret.removeprefix(SECRET_PREFIX)
-    if len(key) < _SHORTEST_REDACTED or key not in text:
+    unpadded = key.rstrip("=")  # the padding carries nothing: a key without it is the key
+    if len(key) < _SHORTEST_REDACTED or unpadded not in text:
         return text
-    return text.replace(secret, REDACTED).replace(key, REDACTED)
+    text = text.replace(secret, REDACTED).replace(key, REDACTED)
+    if unpadded != key:
+        text = text.replace(SECRET_PREFIX + unpadded, REDACTED).replace(unpadded, REDACTED)
+    return text
 
 
 @functools.lru_cache(maxsize=1024)
