@@ -189,6 +189,7 @@ class Summaries:
             )
         return _page(rows, limit)
 
-    async def partner_names(self) -> dict[str, str]:
+    async def partner_names(self, *, removed: bool = True) -> dict[str, str]:
+        """Every partner's name by id; without the removed ones unless ``removed``."""
         async with self.engine.connect() as conn:
-            return await summaries.partner_names(conn)
+            return await summaries.partner_names(conn, removed=removed)

@@ -14,6 +14,7 @@ import pytest
 from service.console.pages import HEADERS
 from service.console.session import safe_next
 from service.logs import JSONFormatter
+from tests.webhook_helpers import room_claimed
 
 TOKEN = "s3cret-admin-token-for-the-console-tests"
 OTHER_TOKEN = "another-admin-token-for-the-console-tests"
@@ -334,3 +335,22 @@ def test_export_is_a_csv_download_with_the_console_headers(make_client: Any) -> 
         ["csv0@example.com", "claim", "'=SUM(A1)"],
         ["csv1@example.com", "claim", "Moonfrog"],
     ]
+
+
+def test_a_removed_partner_is_no_choice_in_the_delivery_forms_though_its_deliveries_still_name_it(
+    make_client: Any,
+) -> None:
+    """The deliveries page's partner filter and replay form offer the partners there are: a removed
+    one answers 404 on every per-partner route, so choosing it could only fail."""
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    with make_client(admin_token=TOKEN, webhook_allow_private_urls=True) as client:
+        ids = {}
+        for name in ("Kept", "Gone"):
+            body = {"name": name, "url": "http://127.0.0.1:9/hook"}
+            ids[name] = client.post("/admin/partners", json=body, headers=bearer).json["id"]
+        assert client.post("/admin/events", json=room_claimed(), headers=bearer).status == 202
+        assert client.delete(f"/admin/partners/{ids['Gone']}", headers=bearer).status == 204
+        page = client.get("/console/deliveries", cookies=_session(_sign_in(client))).text
+    offered = re.findall(r'<option value="(ptn_[^"]+)"', page)
+    assert offered == [ids["Kept"]] * 2  # the filter's and the replay form's
+    assert ">Gone<" in page  # its cancelled delivery, in the table

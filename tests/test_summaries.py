@@ -51,7 +51,8 @@ async def _fill(url: str) -> None:
             [
                 {"id": f"dlv_{n:02d}", "event_id": f"evt_{n % 4}", "partner_id": ("ptn_a", "ptn_b")[n % 2],
                  "status": ("delivered", "failed", "pending")[n % 3], "attempts": 1,
-                 "next_attempt_at": NOW, "created_at": NOW - timedelta(minutes=n // 3), "updated_at": NOW}
+                 "next_attempt_at": NOW, "created_at": NOW - timedelta(minutes=n // 3),
+                 "updated_at": NOW - timedelta(hours=30 if n == 10 else 0)}  # dlv_10 failed a day ago
                 for n in range(12)
             ],
         )
@@ -124,7 +125,9 @@ async def test_overview_counts(reads: Summaries) -> None:
     assert len(daily) == 14 and sum(daily.values()) == 3
     assert daily[date(2026, 6, 29)] == 2 and daily[date(2026, 6, 28)] == 1
     assert overview["deliveries"] == {"delivered": 4, "failed": 4, "pending": 4}
-    assert overview["failed"] == {"ptn_a": 1}
+    # Deliveries failed now that failed within the day, not attempts: dlv_00's failed attempts
+    # are history (it was delivered since), dlv_10 failed 30 hours ago.
+    assert overview["failed"] == {"ptn_a": 1, "ptn_b": 2}
 
 
 async def test_partner_activity_by_hour(reads: Summaries) -> None:

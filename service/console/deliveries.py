@@ -36,13 +36,15 @@ def register(bp: Blueprint, console: Console) -> None:
         except InvalidInput as error:
             return console.refused(request, error, back=DELIVERIES)
         names = await console.summaries(request).partner_names()
+        live = await console.summaries(request).partner_names(removed=False)
         return console.render(
             request,
             "deliveries.html",
             status=status,
             title="Deliveries",
             page=page,
-            names=names,
+            names=names,  # a removed partner's deliveries still name it
+            choices=live,  # what may be chosen: not a removed partner
             args=args,
             statuses=list(DeliveryStatus),
             replayable=list(REPLAYABLE),

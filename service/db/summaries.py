@@ -24,7 +24,8 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from service.db.tables import deliveries, delivery_attempts, events, partners, registrations, workers
+from service.db.tables import FAILED, deliveries, delivery_attempts, events, partners, registrations, workers
+from service.states import PartnerStatus
 from service.text import text_fault, visible
 
 LAST_CHARACTER = "\U0010ffff"  # sorts after every character: text starting with P is below P + this
@@ -263,12 +264,12 @@ async def deliveries_by_status(conn: AsyncConnection, *, since: datetime) -> dic
 
 
 async def failed_since(conn: AsyncConnection, *, since: datetime) -> dict[str, int]:
-    """Per partner: deliveries whose last attempt since ``since`` ended them failed."""
-    a = delivery_attempts.c
-    # Grouped by an expression no index orders, so both databases read the time range of
-    # ix_delivery_attempts_started_at (the partners are not known in advance, removed ones too).
-    partner = func.coalesce(a.partner_id, "").label("partner")
-    stmt = select(partner, func.count()).where(a.started_at >= since, a.outcome == "failed").group_by(partner)
+    """Per partner: its deliveries failed now that ended so since ``since`` (their last change),
+    counted as ``service_webhook_failed_deliveries`` counts them: through ix_deliveries_failed,
+    which holds the failed rows only. A delivery failed again after a retry is one; one retried and
+    delivered since, or cancelled with its removed partner, is none."""
+    d = deliveries.c
+    stmt = select(d.partner_id, func.count()).where(FAILED, d.updated_at >= since).group_by(d.partner_id)
     return {partner_id: count for partner_id, count in await conn.execute(stmt)}
 
 
@@ -409,9 +410,14 @@ async def attempts_by_hour(
     ]
 
 
-async def partner_names(conn: AsyncConnection, ids: Sequence[str] | None = None) -> dict[str, str]:
-    """Partner id to name, for every partner (or the ones named)."""
+async def partner_names(
+    conn: AsyncConnection, ids: Sequence[str] | None = None, *, removed: bool = True
+) -> dict[str, str]:
+    """Partner id to name, for every partner (or the ones named); removed ones too unless not
+    ``removed`` (what may be chosen: their history still names them, nothing else does)."""
     stmt = select(partners.c.id, partners.c.name)
     if ids is not None:
         stmt = stmt.where(partners.c.id.in_(list(ids)))
+    if not removed:
+        stmt = stmt.where(partners.c.status != PartnerStatus.REMOVED)
     return {partner_id: name for partner_id, name in await conn.execute(stmt)}
