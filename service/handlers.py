@@ -98,10 +98,18 @@ def assess(request: Request, exception: BaseException) -> Failure:
         )
         body = {"ok": False, "message": _MESSAGES.get(status, _INTERNAL)}
         headers = {}
-    metrics = getattr(request.app.ctx, "metrics", None)
-    if metrics is not None:
-        metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
+    count(request, status)
     return Failure(status, body, headers)
+
+
+def count(request: Request, status: int) -> None:
+    """Count an error answer by its status, once a request (``service_http_client_errors_total``,
+    ``service_http_server_errors_total``), whichever part of the service gives it."""
+    metrics = getattr(request.app.ctx, "metrics", None)
+    if metrics is None or status < 400 or getattr(request.ctx, "counted", False):
+        return
+    request.ctx.counted = True
+    metrics.inc(metrics.client_errors if status < 500 else metrics.server_errors, str(status))
 
 
 def error_response(request: Request, exception: BaseException) -> HTTPResponse:

@@ -354,3 +354,21 @@ def test_a_removed_partner_is_no_choice_in_the_delivery_forms_though_its_deliver
     offered = re.findall(r'<option value="(ptn_[^"]+)"', page)
     assert offered == [ids["Kept"]] * 2  # the filter's and the replay form's
     assert ">Gone<" in page  # its cancelled delivery, in the table
+
+
+def test_the_consoles_own_error_pages_are_counted_by_status_once_each(make_client: Any) -> None:
+    """``service_http_client_errors_total`` counts every 4xx answer, the console's too: a refused
+    sign-in (401), a form from elsewhere (403), a page that does not exist (404), and an error a
+    route raised (its page made from the API's judgement, counted there) once, not twice."""
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    with make_client(admin_token=TOKEN) as client:
+        cookies = _session(_sign_in(client))
+        assert _sign_in(client, token="x" * 40).status_code == 401
+        forged = client.post("/console/partners", data={"name": "x"}, headers={"origin": "http://evil.example"}, cookies=cookies)
+        assert forged.status_code == 403
+        assert client.get("/console/partners/ptn_nothing", cookies=cookies).status_code == 404
+        assert client.get("/console/no-such-page", cookies=cookies).status_code == 404
+        assert client.get("/console/deliveries?status=lost", cookies=cookies).status_code == 400
+        text = client.get("/admin/metrics", headers=bearer).text
+    counted = dict(re.findall(r'^service_http_client_errors_total\{status="(\d+)"\} (\S+)$', text, re.MULTILINE))
+    assert counted == {"400": "1.0", "401": "1.0", "403": "1.0", "404": "2.0"}

@@ -201,12 +201,13 @@ async def test_other_paths_and_methods_are_answered_in_the_services_error_shape(
     sqlite_url: str, clock: ManualClock, method: str, path: str, status: int, body: Any, allow: str | None
 ) -> None:
     """An unknown path is 404 and another method on a probe 405 with Allow, as JSON with the
-    sentences the server answers them with, not aiohttp's plain text."""
-    async with (
-        listening(sqlite_url, clock) as base,
-        aiohttp.ClientSession() as session,
-        session.request(method, f"{base}{path}") as response,
-    ):
-        answered = (response.status, response.content_type, await response.json(content_type=None))
-        assert response.headers.get("Allow") == allow
+    sentences the server answers them with, not aiohttp's plain text; counted as the server counts
+    its own (``service_http_client_errors_total``)."""
+    async with listening(sqlite_url, clock) as base, aiohttp.ClientSession() as session:
+        async with session.request(method, f"{base}{path}") as response:
+            answered = (response.status, response.content_type, await response.json(content_type=None))
+            assert response.headers.get("Allow") == allow
+        async with session.get(f"{base}/metrics") as scraped:
+            text = await scraped.text()
     assert answered == (status, "application/json", body)
+    assert f'service_http_client_errors_total{{status="{status}"}} 1.0' in text

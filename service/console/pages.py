@@ -38,7 +38,7 @@ from service.console.session import (
 )
 from service.errors import from_domain
 from service.exceptions import DomainError, FieldError, InvalidInput
-from service.handlers import assess
+from service.handlers import assess, count
 from service.params import one_each, query_pairs
 from service.paths import unescape_unreserved
 from service.registrations_ops import RegistrationOperations
@@ -222,6 +222,7 @@ def guard(bp: Blueprint, console: Console) -> None:
 
     async def on_answer(request: Request, response: HTTPResponse) -> None:
         secure(response)
+        count(request, response.status)  # the pages the console answers itself (sign-in, 403s)
 
     bp.on_request(check, priority=100)
     bp.on_response(on_answer)  # type: ignore[no-untyped-call]
@@ -299,7 +300,9 @@ def unrouted(console: Console) -> Unrouted:
 
     async def answer(request: Request, exception: SanicException) -> HTTPResponse:
         stopped = await admit(console, request, forms=False)
-        return secure(stopped if stopped is not None else refused_by_routing(console, request, exception))
+        page = secure(stopped if stopped is not None else refused_by_routing(console, request, exception))
+        count(request, page.status)
+        return page
 
     return answer
 

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from prometheus_client import Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -93,16 +94,23 @@ def loop_gauges(metrics: Metrics, last_turn: Callable[[], float], stale_after: f
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-@web.middleware
-async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """aiohttp's plain-text 404 and 405 (its router raises them) as the service's JSON error shape."""
-    try:
-        return await handler(request)
-    except web.HTTPMethodNotAllowed as error:
-        allow = {"Allow": error.headers["Allow"]}
-        return web.json_response(error_body(MethodNotAllowed.message, []), status=405, headers=allow)
-    except web.HTTPNotFound:
-        return web.json_response(error_body(NotFound.message, []), status=404)
+def json_errors(metrics: Metrics) -> Middleware:
+    """aiohttp's plain-text 404 and 405 (its router raises them) as the service's JSON error shape,
+    counted as the server counts its own (``service_http_client_errors_total``)."""
+
+    @web.middleware
+    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPMethodNotAllowed as error:
+            metrics.inc(metrics.client_errors, "405")
+            allow = {"Allow": error.headers["Allow"]}
+            return web.json_response(error_body(MethodNotAllowed.message, []), status=405, headers=allow)
+        except web.HTTPNotFound:
+            metrics.inc(metrics.client_errors, "404")
+            return web.json_response(error_body(NotFound.message, []), status=404)
+
+    return answer
 
 
 def create_app(
@@ -143,7 +151,7 @@ def create_app(
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE})
 
     probe = Probe(engine, within=PROBE_WITHIN)
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[json_errors(metrics)])
     app.on_cleanup.append(lambda app: probe.close())
     app.on_cleanup.append(lambda app: gauges.close(engine))
     app.router.add_get("/healthz", healthz)
