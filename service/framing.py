@@ -69,8 +69,9 @@ def framing_fault(head: bytes) -> str | None:
 
 
 # What makes a head still arriving (its blank line not yet in) one that ``framing_fault`` must refuse
-# once whole: a first byte no method begins with (a TLS handshake, binary junk), or a CR or LF
-# standing alone (a CR at the very end may yet be followed by its LF).
+# once whole: a first byte no method begins with (a TLS handshake, binary junk), a CR or LF
+# standing alone (a CR at the very end may yet be followed by its LF), or a request line, once its
+# CRLF is in, that is not METHOD TARGET HTTP/1.x (HTTP/0.9's ``GET /path``, ``HTTP/2.0``).
 _METHOD_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ_-")
 _BARE = re.compile(rb"\r[^\n]|(?<!\r)\n")
 
@@ -86,6 +87,9 @@ def unfinished_fault(received: bytes) -> str | None:
         return "not an HTTP/1 request line"
     if _BARE.search(received):
         return "a bare CR or LF"
+    end = received.find(b"\r\n")
+    if end != -1 and not _LINE.fullmatch(received, 0, end):
+        return "a request line that is not METHOD TARGET HTTP/1.x"
     return None
 
 

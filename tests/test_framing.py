@@ -405,6 +405,9 @@ def test_framing_fault(head: bytes, fault: str | None) -> None:
         (b"\r\nGET / HTTP/1.1", "not an HTTP/1 request line"),
         (b"get / HTTP/1.1", "not an HTTP/1 request line"),
         (b"\x16\x03\x01\x02\x00\x01", "not an HTTP/1 request line"),  # a TLS ClientHello
+        (b"GET /api/waitlist\r\n", "a request line that is not METHOD TARGET HTTP/1.x"),  # HTTP/0.9
+        (b"GET /api/waitlist HTTP/2.0\r\nHost: x\r\n", "a request line that is not METHOD TARGET HTTP/1.x"),
+        (b"GET /api/waitlist HTTP/1.1", None),  # its CRLF may be in the next read
     ],
 )
 def test_unfinished_fault(received: bytes, fault: str | None) -> None:
@@ -426,6 +429,8 @@ def test_a_head_refused_unfinished_is_refused_once_whole(received: bytes) -> Non
         pytest.param(b"GET /healthz HTTP/1.1\nHost: x\nConnection: close\n\n", id="ended-by-bare-lfs"),
         pytest.param(b"GET /healthz HTTP/1.1\r\nHost: x\nAccept: */*", id="a-bare-lf-midway"),
         pytest.param(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", id="tls-client-hello"),
+        pytest.param(b"GET /api/waitlist\r\n", id="http-0.9"),
+        pytest.param(b"POST /api/waitlist HTTP/2.0\r\nHost: x\r\n", id="another-version"),
     ],
 )
 def test_a_head_that_can_never_end_well_is_400_at_once(port: int, raw: bytes) -> None:
