@@ -67,6 +67,12 @@ def serve_warnings(settings: Settings, workers: int, host: str = "127.0.0.1") ->
             f"(SERVICE_RATE_LIMIT_STORAGE=memory://), so a client may make up to {workers} times "
             "SERVICE_WAITLIST_RATE_LIMIT; set SERVICE_RATE_LIMIT_STORAGE=redis://HOST:PORT to share them"
         )
+    if workers > 1 and settings.admin_token is not None:
+        warnings.append(
+            f"the {workers} server processes share one port, so a scrape of /admin/metrics reaches one "
+            "of them and shows its counters alone (Prometheus reads each change of process as a reset); "
+            "for monitoring, run one process per port and scrape each (deploy/systemd: service-server@PORT)"
+        )
     if _unspecified(host) and "base_url" not in settings.model_fields_set:
         warnings.append(
             f"serving on every interface ({host}) with SERVICE_BASE_URL unset: the documents name "

@@ -42,6 +42,17 @@ def test_serve_warns_when_processes_would_each_count_the_limit(
     assert all(f"up to {workers} times" in warning and "redis://" in warning for warning in found)
 
 
+@pytest.mark.parametrize(("workers", "token", "warned"), [(1, "t" * 32, False), (2, "t" * 32, True), (2, None, False)])
+def test_serve_warns_that_processes_sharing_a_port_cannot_be_scraped_each(
+    workers: int, token: str | None, warned: bool
+) -> None:
+    """With the admin API on (its /admin/metrics), N processes on one port show N sets of
+    counters, one a scrape: ``serve`` says so, and how to run them for monitoring."""
+    found = serve_warnings(Settings(admin_token=token, rate_limit_storage="redis://127.0.0.1:6379/0"), workers)
+    assert bool(found) is warned
+    assert all("one process per port" in warning for warning in found)
+
+
 def _help(capsys: pytest.CaptureFixture[str], *path: str) -> str:
     with pytest.raises(SystemExit) as exited:
         main([*path, "--help"])
