@@ -705,6 +705,10 @@ def test_a_content_file_changes_the_wording(make_client, tmp_path: Path):
             "room_types must list each of owner_room",
         ),
         (lambda text: text.replace('path = "/arcade"', 'path = "arcade"'), "pages.3.path"),
+        # A control character would make /sitemap.xml unreadable XML and break the llms.txt link.
+        (lambda text: text.replace('path = "/arcade"', 'path = "/arc\\u0001ade"'), "pages.3.path"),
+        (lambda text: text.replace('path = "/arcade"', 'path = "/arc\\nade"'), "pages.3.path"),
+        (lambda text: text.replace('path = "/arcade"', 'path = "/arc\\u00e9"'), "pages.3.path"),
         (lambda text: text.replace('title = "Pricing"', 'title = "[Pricing]"'), "pages.2.title"),
         (lambda text: text.replace('tier = "Pro"', 'tier = "Pro"\ncolour = "gold"'), "pricing.2.colour"),
         (lambda text: text.replace("safety = [", "safety = 3\nunused = ["), "safety: Input should be"),
@@ -722,3 +726,21 @@ def test_a_missing_content_file_stops_the_app(make_client, tmp_path: Path):
     expected = f"discovery content {re.escape(str(missing))} cannot be read"
     with pytest.raises(ContentError, match=expected), make_client(content_file=missing):
         pass
+
+
+def test_the_sitemap_holds_the_newest_rooms_within_the_protocols_bounds():
+    """At most 50,000 URLs and 50 MB, pages first, then rooms newest first: past either bound the
+    oldest rooms are left out, never the document made one crawlers refuse."""
+    from service.discovery import sitemaps
+
+    moment = datetime(2026, 6, 29, 12, tzinfo=UTC)
+    rooms = [(f"https://launchrooms.example/rooms/r{n:05d}", moment - timedelta(minutes=n)) for n in range(50_010)]
+    listed = sitemaps.sitemap_xml(load_content(), BASE, rooms)
+    locs = re.findall(rb"<loc>([^<]+)</loc>", listed)
+    assert len(locs) == sitemaps.MAX_URLS
+    assert locs[-1] == rooms[sitemaps.MAX_URLS - len(load_content().pages) - 1][0].encode()  # the newest
+    long = [(f"https://launchrooms.example/rooms/{n:05d}-{'x' * 2000}", moment) for n in range(30_000)]
+    bounded = sitemaps.sitemap_xml(load_content(), BASE, long)
+    assert len(bounded) <= sitemaps.MAX_BYTES < len(long) * 2000
+    assert bounded.endswith(b"</urlset>\n")
+    assert b"/rooms/00000-" in bounded and b"/rooms/29999-" not in bounded

@@ -6,6 +6,7 @@ anything, with a ``ContentError`` that names the file and each member at fault.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib import resources
 from pathlib import Path
@@ -40,9 +41,18 @@ Line = Annotated[str, AfterValidator(_one_line)]
 Title = Annotated[Line, AfterValidator(_link_title)]
 
 
+# RFC 3986's path-absolute (with a query and a fragment): unreserved characters, %-escapes,
+# sub-delims, ":", "@", "/", "?" and "#". Brackets and quotes are left out, though some are
+# sub-delims: a page's path stands in Markdown links ``[title](path)`` and in XML.
+_PAGE_PATH = re.compile(r"/[A-Za-z0-9\-._~%!$&*+,;=:@/?#]*")
+
+
 def _path(value: str) -> str:
-    if not value.startswith("/") or any(char in value for char in " ()<>\"'\\"):
-        raise ValueError("must start with / and contain no spaces, brackets or quotes")
+    if not _PAGE_PATH.fullmatch(value):
+        raise ValueError(
+            "must start with / and hold only the characters of a URL's path (no spaces, brackets, "
+            "quotes or control characters)"
+        )
     return value
 
 

@@ -14,6 +14,7 @@ SITEMAP_NAMESPACE = "http://www.sitemaps.org/schemas/sitemap/0.9"
 # sitemaps.org protocol: at most 50,000 URLs per sitemap, each <loc> 12 to 2,048 characters (its
 # schema's bounds), with quotes escaped as entities too.
 MAX_URLS = 50_000
+MAX_BYTES = 50 * 1024 * 1024  # and at most 50 MB (52,428,800 bytes) uncompressed
 MIN_LOC = 12
 MAX_LOC = 2048
 _ENTITIES = {"'": "&apos;", '"': "&quot;"}
@@ -28,17 +29,25 @@ def w3c_datetime(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
-def _urlset(entries: Iterable[tuple[str, datetime | None]]) -> bytes:
+def _urlset(entries: Iterable[tuple[str, datetime | None]], max_bytes: int = MAX_BYTES) -> bytes:
+    """The entries as a sitemap, those that would take it past ``max_bytes`` left out."""
     lines = ['<?xml version="1.0" encoding="UTF-8"?>', f'<urlset xmlns="{SITEMAP_NAMESPACE}">']
+    end = "</urlset>"
+    size = sum(len(line) + 1 for line in [*lines, end])  # ASCII so far: a character a byte
     for loc, lastmod in entries:
         modified = f"<lastmod>{w3c_datetime(lastmod)}</lastmod>" if lastmod is not None else ""
-        lines.append(f"  <url><loc>{escape(loc, _ENTITIES)}</loc>{modified}</url>")
-    lines.append("</urlset>")
+        line = f"  <url><loc>{escape(loc, _ENTITIES)}</loc>{modified}</url>"
+        size += len(line.encode("utf-8")) + 1
+        if size > max_bytes:
+            break
+        lines.append(line)
+    lines.append(end)
     return ("\n".join(lines) + "\n").encode("utf-8")
 
 
 def sitemap_xml(content: Content, base_url: str, rooms: Sequence[Room]) -> bytes:
-    """The configured pages, then each room (newest first) up to the protocol's 50,000 URLs.
+    """The configured pages, then each room (newest first) up to the protocol's 50,000 URLs and
+    50 MB: the newest rooms, where more were heard of.
 
     ``rooms`` comes from ``service.db.rooms.known_rooms``: rooms the service heard of through
     published events. A room URL the sitemap protocol cannot hold (shorter than 12 characters or
