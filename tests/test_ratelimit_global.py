@@ -78,7 +78,7 @@ def test_a_request_refused_by_the_global_limit_spends_none_of_its_clients_allowa
 
     other, mine, left, later, left_after = asyncio.run(play())
     assert other is None
-    assert all(isinstance(wait, int) and 1 <= wait <= 61 for wait in mine), mine  # to the minute's end and a second
+    assert all(isinstance(wait, int) and 1 <= wait <= 61 for wait in mine), mine
     assert left == 3
     assert (later, left_after) == (None, 2)
 
