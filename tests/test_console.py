@@ -372,3 +372,13 @@ def test_the_consoles_own_error_pages_are_counted_by_status_once_each(make_clien
         text = client.get("/admin/metrics", headers=bearer).text
     counted = dict(re.findall(r'^service_http_client_errors_total\{status="(\d+)"\} (\S+)$', text, re.MULTILINE))
     assert counted == {"400": "1.0", "401": "1.0", "403": "1.0", "404": "2.0"}
+
+
+def test_the_sign_in_carries_on_to_a_long_address_by_its_path_alone(make_client: Any) -> None:
+    """Signed out, a page asked for with a query so long that no console page has one is carried on
+    to by its path: a Location three times the target's length would fail at a reverse proxy."""
+    with make_client(admin_token=TOKEN) as client:
+        response = client.get("/console/deliveries?partner=" + "/" * 3000, follow_redirects=False)
+        short = client.get("/console/deliveries?partner=ptn_1", follow_redirects=False)
+    assert (response.status_code, response.headers["location"]) == (303, "/console/login?next=%2Fconsole%2Fdeliveries")
+    assert short.headers["location"] == "/console/login?next=%2Fconsole%2Fdeliveries%3Fpartner%3Dptn_1"

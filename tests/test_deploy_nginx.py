@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import importlib.util
 import json
@@ -519,3 +520,42 @@ def test_forms_nginx_passes_on_reach_the_servers_rewritten(
     fields = [re.fullmatch(r"([A-Za-z0-9-]+): ([^\r\n]*)", line) for line in lines[1:]]
     assert all(fields), head
     assert {field[1].lower() for field in fields if field} == names
+
+
+class LongLocation(Echo):
+    """An upstream whose redirects repeat the target three times over, as the console's sign-in link
+    percent-encodes a target's every "/": a head of some 24k for an 8k target."""
+
+    def do_GET(self) -> None:
+        if not self.path.startswith("/console"):
+            return self.reply()
+        self.send_response(303)
+        self.send_header("Location", "/console/login?next=" + self.path.replace("/", "%2F"))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        return None
+
+
+def test_an_answer_with_a_long_location_passes_and_leaves_its_server_in_rotation(tmp_path: Path) -> None:
+    """A redirect whose Location is three times an 8k target reaches the client; nginx's default
+    4k head buffer answered 502 instead and counted the server failed, and two such requests took
+    both servers out: every client answered 503 for fail_timeout."""
+    nginx = require_tool("nginx", "deploy/nginx is run to check what it passes on")
+    listen = free_port()
+    servers = []
+    with contextlib.ExitStack() as stack:
+        for name in ("one", "two"):
+            handler = type(f"LongLocation_{name}", (LongLocation,), {"name": name})
+            server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stack.callback(server.server_close)
+            stack.callback(server.shutdown)
+            servers.append(int(server.server_address[1]))
+        prefix = production_site(tmp_path, addresses(listen, *servers))
+        stack.enter_context(running_nginx(nginx, prefix))
+        target = "/console/deliveries?partner=" + "/" * 7000
+        answers = [request(listen, "GET", target)[:2] for _ in range(2)]
+        names = {json.loads(request(listen, "GET", "/")[2])["server"] for _ in range(4)}
+    assert [status for status, _ in answers] == [303, 303]
+    assert all(len(headers["location"]) > 21_000 for _, headers in answers)
+    assert names == {"one", "two"}  # both still in rotation

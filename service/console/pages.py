@@ -48,6 +48,11 @@ from service.text import unicode_only, visible
 from service.waitlist import client_address
 from service.webhooks.operations import Operations
 
+# The longest page address the sign-in carries on (``next``), percent-encoded in its Location at up to
+# three times as long: a reverse proxy holds an answer's headers in a few kilobytes (nginx 4k unless
+# told otherwise), and a longer one would fail the request there and count the server failed.
+MAX_NEXT = 1024
+
 STATIC = Path(__file__).resolve().parent / "static"
 # Every console answer: nothing inline, nothing from elsewhere, never framed or cached
 # (docs/architecture.md "Operator console").
@@ -245,6 +250,8 @@ async def admit(console: Console, request: Request, *, forms: bool = True) -> HT
             # As RFC 3986 compares paths: a respelled console path (%63onsole) comes back as ours.
             path = unescape_unreserved(request.path)
             target = path + (f"?{request.query_string}" if request.query_string else "")
+            if len(target) > MAX_NEXT:  # no console page's address is so long: where it leads, the path
+                target = path if len(path) <= MAX_NEXT else PATH
             return redirect(link(PATH + "/login", {"next": target}), status=303)
         if same_origin(request, console.settings.base_url):
             return signed_out(console, request)  # a form of ours, sent after its session ended
