@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 from types import TracebackType
 
 from sqlalchemy.engine import make_url
@@ -111,3 +112,62 @@ class StuckSession:
             if not chunk:
                 raise ConnectionError("the server closed the session")
             self._buffer += chunk
+
+
+class RefusingServer:
+    """``with RefusingServer(sqlstate, message) as port``: a server on loopback that speaks just
+    enough of the protocol to refuse every session at start-up, as PostgreSQL does while it starts
+    up, recovers or stands by (57P03) or has no connection slot left (53300): it declines TLS,
+    reads the start-up message and answers a FATAL ErrorResponse with ``sqlstate`` and
+    ``message``, then closes."""
+
+    _SSL_REQUEST = 80877103
+
+    def __init__(self, sqlstate: str, message: str) -> None:
+        self._fields = b"".join(
+            code + value.encode() + b"\0"
+            for code, value in ((b"S", "FATAL"), (b"V", "FATAL"), (b"C", sqlstate), (b"M", message))
+        )
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+
+    def __enter__(self) -> int:
+        self._thread.start()
+        return int(self._listener.getsockname()[1])
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+        self._thread.join(5)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return  # closed: the test is over
+            with conn:
+                conn.settimeout(5)
+                try:
+                    self._refuse(conn)
+                except OSError:
+                    continue
+
+    def _refuse(self, conn: socket.socket) -> None:
+        while True:
+            (length,) = struct.unpack("!I", _exactly(conn, 4))
+            body = _exactly(conn, length - 4)
+            if struct.unpack("!I", body[:4])[0] == self._SSL_REQUEST:
+                conn.sendall(b"N")  # no TLS here: the client goes on in the clear
+                continue
+            conn.sendall(_message(b"E", self._fields + b"\0"))
+            return
+
+
+def _exactly(conn: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        chunk = conn.recv(count - len(data))
+        if not chunk:
+            raise OSError("the client closed")
+        data += chunk
+    return data

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 from service.cli import main
 from tests.cluster import call
 from tests.conftest import POSTGRES_URL
+from tests.pgwire import RefusingServer
 from tests.processes import ROOT, free_port, kill, start_server
 from tests.webhook_helpers import TEST_SECRETS_KEY
 
@@ -280,3 +281,33 @@ def test_a_database_held_by_another_process_is_one_line_and_exit_1(
     assert (status, out) == (1, "")
     [line] = err.splitlines()
     assert "locked" in line and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    ("sqlstate", "message", "command"),
+    [
+        ("57P03", "the database system is starting up", ["serve", "--port", "0"]),
+        ("57P03", "the database system is not accepting connections", ["worker", "--port", "0"]),
+        ("53300", "sorry, too many clients already", ["migrate"]),
+    ],
+)
+def test_a_database_not_taking_connections_yet_is_exit_1_so_the_units_start_again(
+    sqlstate: str, message: str, command: list[str]
+) -> None:
+    """PostgreSQL starting up, in recovery, a standby not yet promoted, or out of connection slots
+    takes the connection and refuses the session: that passes, so one line and exit 1 (the units
+    restart on it), not exit 2, which they never restart."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SERVICE_", "SANIC_"))}
+    with RefusingServer(sqlstate, message) as port:
+        url = f"postgresql://postgres:{PASSWORD}@127.0.0.1:{port}/service"
+        result = subprocess.run(
+            [sys.executable, "-m", "service", *command],
+            cwd=ROOT,
+            env={**env, "SERVICE_DATABASE_URL": url, "SERVICE_SECRETS_KEY": TEST_SECRETS_KEY},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert result.returncode == 1, result.stderr
+    assert_one_line(result.stderr, Case("not-yet", False, f"takes no connection now: {message}", status=1))

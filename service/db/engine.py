@@ -546,6 +546,11 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
         known = number > 0 and not isinstance(cause, socket.gaierror)
         reason = os.strerror(number) if known else (cause.strerror or first_line)
         return DatabaseUnreachable(f"the database at {_where(url)} cannot be reached ({reason})")
+    if sqlstate.startswith(_NOT_YET):
+        # A server that takes connections but not yet this one: starting up, in recovery, a standby
+        # not yet promoted (57P03), shutting down (57P01), out of connection slots (53300). It
+        # passes: exit 1, and the units start again until it has.
+        return DatabaseUnreachable(f"the database at {_where(url)} takes no connection now: {first_line}")
     if sqlstate:
         return DatabaseUnusable(f"the database at {_where(url)} refused the connection: {first_line}")
     if isinstance(cause, asyncpg.exceptions.InterfaceError):
@@ -553,6 +558,12 @@ def unusable(database_url: str, error: BaseException) -> DatabaseUnusable | None
         # certificate sslmode=verify-full needs and cannot find, say).
         return DatabaseUnusable(f"the connection to {_where(url)} cannot be made as configured: {first_line}")
     return None
+
+
+# PostgreSQL's SQLSTATE classes of a refusal that passes: 57P (operator intervention: cannot
+# connect now, shutting down), 53 (insufficient resources: too many connections, out of memory or
+# disk), 08 (a connection exception the server reported). The PostgreSQL manual, "Errcodes".
+_NOT_YET = ("57P", "53", "08")
 
 
 def check_database(database_url: str) -> None:
