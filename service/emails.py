@@ -104,10 +104,22 @@ def validated_email(address: str) -> ValidatedEmail:
     return _plain(address) or validate_email(address, check_deliverability=False)
 
 
+# Greek small letters final sigma and sigma: one letter, written the first at a word's end.
+_FINAL_SIGMA, _SIGMA = "\u03c2", "\u03c3"
+
+
+def caseless(local_part: str) -> str:
+    """A local part lower-cased, its final sigma written as any other sigma: Python's ``lower``
+    writes a capital sigma at a word's end as a final sigma, so the capitals of a word would not
+    key as its small letters do. Only the case is folded: the sharp s stays itself (its capital
+    ``SS`` is as much that of ``ss``), so two mailboxes are never made one."""
+    return local_part.lower().replace(_FINAL_SIGMA, _SIGMA)
+
+
 def identity(address: str) -> str:
     """The address as one person's identity: email-validator's normalised local part (Unicode
-    NFC) at the domain's IDNA ASCII form, lower-cased. Raises ``EmailNotValidError`` where the
-    address is not valid.
+    NFC, ``caseless``) at the domain's IDNA ASCII form, lower-cased. Raises ``EmailNotValidError``
+    where the address is not valid.
 
     For a plain ASCII address that email-validator accepts this is the address lower-cased (ASCII
     needs no normalisation, and an ASCII domain's IDNA form is itself, lower-cased), so the
@@ -117,7 +129,7 @@ def identity(address: str) -> str:
     if _is_plain(address):
         return address.lower()
     checked = validated_email(address)
-    return f"{checked.local_part}@{checked.ascii_domain}".lower()
+    return f"{caseless(checked.local_part)}@{checked.ascii_domain.lower()}"
 
 
 def check_email(address: str) -> None:

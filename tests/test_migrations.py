@@ -163,6 +163,34 @@ def test_0005_moves_plaintext_secrets_and_merges_registrations_of_one_address(
     assert [keyring.open(value) for (value,) in sealed] == ["whsec_old", "whsec_current", "whsec_only"]
 
 
+SMALL, CAPITALS = "\u03c3\u03b1\u03c3@example.com", "\u03a3\u0391\u03a3@example.com"  # one Greek word
+
+
+def test_0018_keys_a_final_sigma_as_any_other_and_merges_the_spellings_it_made_one(empty_database: str) -> None:
+    """A key holding a final sigma (the capitals of a Greek word, lower-cased) is keyed again as
+    its small letters: the two registrations of one intent become one, the earliest row with the
+    latest project; another intent, and every other key, stay as they were."""
+    migrate(empty_database, "0017")
+    _execute(
+        empty_database,
+        (ROW, {"email": SMALL, "key": SMALL, "intent": "claim", "project": "A", "at": datetime(2026, 1, 1)}),
+        (ROW, {"email": CAPITALS, "key": CAPITALS.lower(), "intent": "claim", "project": "B",
+               "at": datetime(2026, 1, 2)}),
+        (ROW, {"email": CAPITALS, "key": CAPITALS.lower(), "intent": "member", "project": None,
+               "at": datetime(2026, 1, 3)}),
+        (ROW, {"email": "Ann@Example.com", "key": "ann@example.com", "intent": "claim", "project": None,
+               "at": datetime(2026, 1, 4)}),
+    )  # fmt: skip
+    assert CAPITALS.lower() != SMALL  # what the key was: "σας"
+    migrate(empty_database)
+    [rows] = _execute(empty_database, ("SELECT email, email_key, intent, project FROM registrations ORDER BY id", {}))
+    assert [tuple(row) for row in rows] == [
+        (SMALL, SMALL, "claim", "B"),
+        (CAPITALS, SMALL, "member", None),
+        ("Ann@Example.com", "ann@example.com", "claim", None),
+    ]
+
+
 A_PARTNER = (
     "INSERT INTO partners (id, name, url, events, status, created_at, updated_at) "
     "VALUES (:id, 'P', 'https://partner.example/', NULL, 'active', :at, :at)"

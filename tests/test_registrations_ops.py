@@ -201,6 +201,29 @@ def test_spellings_of_one_address_are_one_registration_and_erased_together(
         assert _emails(client) == []
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "one"),
+    [
+        ("\u03c3\u03b1\u03c3@example.com", "\u03a3\u0391\u03a3@example.com", True),  # a Greek word, its capitals
+        ("stra\u00dfe@example.com", "STRASSE@example.com", False),  # STRASSE is as much strasse's
+    ],
+    ids=["final-sigma", "sharp-s"],
+)
+def test_the_capitals_of_an_address_are_the_same_registration_and_no_other_mailbox_is(
+    make_client: Any, database_url: str, first: str, second: str, one: bool
+) -> None:
+    """Case is folded as the letters fold (a capital sigma at a word's end is any sigma), never
+    further: the sharp s stays itself, since its capitals spell another mailbox too."""
+    with make_client(database_url=database_url, admin_token=TOKEN) as client:
+        for email in (first, second):
+            assert client.post("/api/waitlist", json={"email": email, "intent": "claim"}).status_code == 200
+        stored = _emails(client)
+        response = _erase(client, "?email=" + urllib.parse.quote(second))
+        left = _emails(client)
+    assert stored == ([(first, "claim")] if one else [(first, "claim"), (second, "claim")])
+    assert (response.json, left) == ({"erased": 1}, [] if one else [(first, "claim")])
+
+
 async def test_an_export_waits_for_a_writer_that_waits(database_url: str) -> None:
     """An awaitable ``write`` (a download sent as it goes) sets the pace: while it waits, no more
     rows are read; when the download stops, the export stops with it and its connection goes back

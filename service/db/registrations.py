@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.clock import format_timestamp
 from service.db.tables import registrations
-from service.emails import identity
+from service.emails import caseless, identity
 
 COLUMNS = ("email", "intent", "project", "message", "createdAt", "updatedAt")
 Intent = Literal["claim", "member", "arcade"]  # claim a room, follow rooms, add arcade
@@ -29,13 +29,14 @@ def email_key(address: str) -> str:
     Unicode or as ``xn--bcher-kva.example``, is one key. The waitlist stores each (key, intent)
     once, and erasure removes every row of a key, so both compute it here and nowhere else. An
     address email-validator refuses (only rows stored under older rules can hold one) keys as its
-    NFC form lower-cased.
+    NFC form lower-cased (its local part ``caseless``).
     """
     address = address.strip()
     try:
         return identity(address)
     except EmailNotValidError:
-        return unicodedata.normalize("NFC", address).lower()
+        local, at, domain = unicodedata.normalize("NFC", address).rpartition("@")
+        return f"{caseless(local)}{at}{domain.lower()}" if at else caseless(domain)
 
 
 class Registration(NamedTuple):

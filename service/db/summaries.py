@@ -25,6 +25,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
 from service.db.tables import FAILED, deliveries, delivery_attempts, events, partners, registrations, workers
+from service.emails import caseless
 from service.states import PartnerStatus
 from service.text import text_fault, visible
 
@@ -172,15 +173,15 @@ def _ascii_label(label: str) -> str:
 
 def _key_start(text: str) -> tuple[str, str]:
     """The start of an address as the start of its ``email_key`` (``service.db.registrations``), in
-    two parts: the local part (NFC, lower-cased), "@" and each complete label (one a dot follows) in
+    two parts: the local part (NFC, ``caseless``), "@" and each complete label (one a dot follows) in
     IDNA ASCII; then the label the text ends in, mapped as a domain is but not encoded: it may begin
     a longer label, whose IDNA ASCII form its own does not start. Without an @-sign, all local part."""
     local, at, domain = text.rpartition("@")
     if not at:
-        return unicodedata.normalize("NFC", text).lower(), ""
+        return caseless(unicodedata.normalize("NFC", text)), ""
     *complete, last = _domain_text(domain).split(".")
     labels = "".join(_ascii_label(label) + "." for label in complete)
-    return f"{unicodedata.normalize('NFC', local).lower()}@{labels}", last
+    return f"{caseless(unicodedata.normalize('NFC', local))}@{labels}", last
 
 
 def _decoded_label_starts(key: str, base: str, label: str) -> bool:

@@ -11,10 +11,8 @@ plaintext row under ``SERVICE_SECRETS_KEY`` when it next starts (``serve``, ``wo
 and every partner command do, ``service.webhooks.partners.seal_plaintext``).
 
 Registrations: ``email_key`` becomes email-validator's normalised form (``email_key``). Rows whose
-keys now coincide for one intent are one registration: the earliest row stays, with the latest
-project and message any of them carried (what a repeat does) and the latest update time; the others
-are deleted. Different intents stay different registrations. The downgrade leaves keys as they are
-(each is still unique).
+keys now coincide for one intent are one registration (``service.db.rekey``). The downgrade leaves
+keys as they are (each is still unique).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from service.db.registrations import email_key
+from service.db.rekey import rekey_registrations
 from service.db.tables import UTCDateTime
 
 revision = "0005"
@@ -58,20 +56,6 @@ def _secrets() -> sa.TableClause:
     )
 
 
-def _registrations() -> sa.TableClause:
-    return sa.table(
-        "registrations",
-        sa.column("id", sa.Integer()),
-        sa.column("email", sa.String()),
-        sa.column("email_key", sa.String()),
-        sa.column("intent", sa.String()),
-        sa.column("project", sa.String()),
-        sa.column("message", sa.Text()),
-        sa.column("created_at", UTCDateTime()),
-        sa.column("updated_at", UTCDateTime()),
-    )
-
-
 def _partner_secrets() -> list[dict[str, Any]]:
     """Each partner's secrets as rows of ``partner_secrets``, read before the columns go."""
     bind = op.get_bind()
@@ -93,36 +77,6 @@ def _partner_secrets() -> list[dict[str, Any]]:
             {"partner_id": row.id, "secret": row.secret, "created_at": row.updated_at, "expires_at": None}
         )
     return rows  # the previous secret first: ids grow with age, as rotations make them
-
-
-def _rekey_registrations() -> None:
-    bind = op.get_bind()
-    table = _registrations()
-    groups: dict[tuple[str, str], list[Any]] = {}
-    pending: list[tuple[int, dict[str, Any]]] = []
-    for row in bind.execute(sa.select(table).order_by(table.c.created_at, table.c.id)):
-        groups.setdefault((email_key(row.email), row.intent), []).append(row)
-    for (key, _intent), rows in groups.items():
-        keep, *merged = rows
-        values: dict[str, Any] = {}
-        if merged:
-            latest = sorted(rows, key=lambda row: (row.updated_at, row.id))
-            projects = [row.project for row in latest if row.project is not None]
-            messages = [row.message for row in latest if row.message is not None]
-            values = {
-                "project": projects[-1] if projects else None,
-                "message": messages[-1] if messages else None,
-                "updated_at": latest[-1].updated_at,
-            }
-            bind.execute(table.delete().where(table.c.id.in_([row.id for row in merged])))
-        if key != keep.email_key or values:
-            values["email_key"] = key
-            # Another row may still hold this key as its old one: each row first takes a key no
-            # address has (no @), unique to it, then its new one once every row has moved.
-            bind.execute(table.update().where(table.c.id == keep.id).values(email_key=f"rekey:{keep.id}"))
-            pending.append((keep.id, values))
-    for row_id, values in pending:
-        bind.execute(table.update().where(table.c.id == row_id).values(**values))
 
 
 def upgrade() -> None:
@@ -151,7 +105,7 @@ def upgrade() -> None:
     op.create_index(op.f("ix_partner_secrets_partner_id"), "partner_secrets", ["partner_id"], unique=False)
     if moving:
         op.get_bind().execute(_secrets().insert(), moving)
-    _rekey_registrations()
+    rekey_registrations(op.get_bind())
 
 
 def downgrade() -> None:
