@@ -285,14 +285,24 @@ def _utf16le(text: str) -> bytes:
 @pytest.mark.parametrize(
     ("head", "body", "then", "kept"),
     [
-        # In the character set it declares, or its byte order mark names: read as such.
-        ("Content-Type: text/plain; charset=utf-16", f"expected {SECRET}".encode("utf-16"), b"", "expected [secret]"),
-        ("", f"expected {SECRET}".encode("utf-16"), b"", "expected [secret]"),
+        # Read in the character set it declares or its byte order mark names; an answer that holds a
+        # secret in any other reading of its bytes (UTF-16 read as UTF-8 has a NUL between each
+        # letter; an ASCII answer labelled UTF-16 reads as other characters) keeps no excerpt.
+        ("Content-Type: text/plain; charset=utf-16", "expected à".encode("utf-16"), b"", "expected à"),
+        ("Content-Type: text/plain; charset=utf-16", "expected à".encode("utf-16-be"), b"", "expected à"),
+        ("Content-Type: text/plain; charset=utf-16", f"expected {SECRET}".encode("utf-16"), b"", send.SPELLED_APART),
+        ("Content-Type: text/plain; charset=utf-16", f"expected {SECRET}".encode("utf-16-be"), b"", send.SPELLED_APART),
+        ("Content-Type: text/plain; charset=utf-16", f"expected {SECRET}".encode(), b"", send.SPELLED_APART),
+        ("", f"expected {SECRET}".encode("utf-16"), b"", send.SPELLED_APART),
         ("Content-Type: text/plain; charset=rot13", f"expected {SECRET}".encode(), b"", "expected [secret]"),
-        # UTF-16 with neither, read as UTF-8: a NUL between each letter. Not kept at all.
+        ("Content-Type: text/plain; charset=idna", f"expected {SECRET} \xff".encode("latin-1"), b"",
+         "expected [secret] \ufffd"),  # a codec that refuses even with replacement: read as UTF-8
+        ("Content-Type: text/plain; charset=undefined", b"ok", b"", "ok"),
+        # Characters between that do not show.
         ("", _utf16le(f"expected {SECRET}"), b"", send.SPELLED_APART),
         ("", f"expected {SECRET[:20]}\u200b{SECRET[20:]}".encode(), b"", send.SPELLED_APART),
         ("", f"expected {SECRET[:20]}\n{SECRET[20:]}".encode(), b"", send.SPELLED_APART),
+        ("", ("expected " + "".join(c + "\U000e0020" for c in SECRET)).encode(), b"", send.SPELLED_APART),
         # Cut short by the excerpt's bound: the key without its padding, or the start of one.
         ("", f"expected {SECRET[:-1]}".encode(), b"=", "expected [secret]"),
         ("", f"expected {SECRET[:30]}".encode(), SECRET[30:].encode(), "expected [secret]"),

@@ -405,33 +405,53 @@ async def _excerpt(
     if not data:
         return None
     text = _decoded(data, response.charset)
+    plain = data.decode("utf-8", errors="replace")  # the same bytes as UTF-8, whatever was declared
     if not content.at_eof():  # cut short (by time or size): its last word may be a secret's start
-        text = _CUT_KEY.sub(REDACTED, text)
+        text, plain = _CUT_KEY.sub(REDACTED, text), _CUT_KEY.sub(REDACTED, plain)
     # Before the cut to EXCERPT_CHARS: a secret the cut would halve is all read here.
-    text = redact(text)
-    # A secret spelled with characters between that do not show (NULs: UTF-16 read as UTF-8; line
-    # breaks, format characters) is as much the secret, and ``readable`` would only mark them.
-    if not text.isprintable() or "\ufffd" in text:  # most answers: one pass in C, and done
-        skeleton = _NOT_SHOWN.sub("", text)
-        if skeleton != text and redact(skeleton) != skeleton:
-            return SPELLED_APART
+    kept = redact(text)
+    if _spelled_apart(kept, None if plain == text else plain, redact):
+        return SPELLED_APART
     # Whatever the partner sent: PostgreSQL would refuse a NUL, and a terminal obey an escape.
-    return readable(text[:EXCERPT_CHARS])
+    return readable(kept[:EXCERPT_CHARS])
+
+
+def _spelled_apart(kept: str, plain: str | None, redact: Callable[[str], str]) -> bool:
+    """Whether the answer spells a secret other than plainly in ``kept`` (where ``redact`` wrote it
+    ``[secret]``), so that a reader of the excerpt could recover it: with characters between that
+    do not show (``readable`` would only mark them: NULs, as UTF-16 read as UTF-8 has, line breaks,
+    format characters), or in its bytes read as UTF-8 (``plain``), where a declared character set
+    made other characters of them (an ASCII answer labelled UTF-16)."""
+    for view in (kept,) if plain is None else (kept, plain):
+        if view is plain and redact(view) != view:
+            return True
+        if view.isprintable() and "\ufffd" not in view:  # most answers: one pass in C, and done
+            continue
+        skeleton = readable(view).replace("\ufffd", "")  # exactly what ``readable`` would mark
+        if skeleton != view and redact(skeleton) != skeleton:
+            return True
+    return False
 
 
 def _decoded(data: bytes | bytearray, charset: str | None) -> str:
     """The answer's text, in the character set it declares or its byte order mark names, else
-    UTF-8; what does not decode is U+FFFD."""
+    UTF-8 (UTF-16 and UTF-32 declared without a mark are big-endian, RFC 2781); what does not
+    decode is U+FFFD. A name that is no text encoding, or one that refuses bytes even with
+    replacement (``idna``, ``undefined``), reads as UTF-8: the status has arrived, and an excerpt
+    must never fail the attempt."""
     for mark, codec in _BYTE_ORDER_MARKS:
         if data.startswith(mark):
             charset = codec
             break
+    else:
+        charset = _WITHOUT_MARK.get((charset or "").lower().replace("_", "-"), charset)
     try:
         return data.decode(charset or "utf-8", errors="replace")
-    except LookupError:  # no such text encoding (or a transform such as "rot13")
+    except (LookupError, UnicodeError, ValueError):
         return data.decode("utf-8", errors="replace")
 
 
+_WITHOUT_MARK = {"utf-16": "utf-16-be", "utf16": "utf-16-be", "utf-32": "utf-32-be", "utf32": "utf-32-be"}
 _BYTE_ORDER_MARKS = (
     (codecs.BOM_UTF32_LE, "utf-32"),  # before UTF-16's: it begins with the same two bytes
     (codecs.BOM_UTF32_BE, "utf-32"),
@@ -450,12 +470,6 @@ SPELLED_APART = "[secret] (the answer spells a secret apart; its excerpt is not 
 _ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}(?:=|(?![A-Za-z0-9+/]))")
 _BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}=")
 _KEY_CHARS = 44
-# What a text may hold between the characters of a secret that does not show: control characters
-# (NUL, line breaks), format characters (zero-width, the marks that reorder text), line and
-# paragraph separators, and what did not decode (U+FFFD).
-_NOT_SHOWN = re.compile(
-    "[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f\ufeff\ufff9-\ufffd]"
-)
 # The end of an answer cut short, where it may be the start of a key: after ``whsec_``, or a run of
 # key characters long enough to matter and no longer than a key (11 give away 66 of its 256 bits).
 _CUT_KEY = re.compile(
