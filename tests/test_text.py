@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import unicodedata
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import settings as examples
+from hypothesis import strategies as st
 from webhook_helpers import (
     AUTH,
     Receiver,
@@ -118,6 +122,21 @@ def test_unicode_only(text: str, shown: str) -> None:
     """NUL and lone surrogates become U+FFFD; line breaks and other controls are kept."""
     assert unicode_only(text) == shown
     assert text_fault(unicode_only(text)) is None
+
+
+@given(st.text(alphabet=st.characters(codec=None), max_size=40))
+@examples(max_examples=500, deadline=None)
+def test_readable_marks_exactly_the_characters_that_hide_or_reorder_text(text: str) -> None:
+    """Character by character: a control, a mark that reorders text, a line or paragraph separator,
+    a format character or a lone surrogate is U+FFFD; every other character is itself."""
+    hidden = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+    reorders = {0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)}
+
+    def shown(char: str) -> str:
+        marked = unicodedata.category(char) in hidden or ord(char) in reorders or 0x7F <= ord(char) < 0xA0
+        return "\ufffd" if marked else char
+
+    assert readable(text) == "".join(map(shown, text))
 
 
 def test_a_partner_answer_with_control_characters_is_logged_readable(database_url: str, clock: Any) -> None:
