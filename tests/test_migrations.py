@@ -191,6 +191,27 @@ def test_0018_keys_a_final_sigma_as_any_other_and_merges_the_spellings_it_made_o
     ]
 
 
+def test_0018_looks_keys_up_a_thousand_at_a_time_and_merges_across_them(empty_database: str) -> None:
+    """More keys to look up than one statement takes (1,000 here; a driver's bound of parameters,
+    32,767 for asyncpg, on a larger table): each Greek capital address still finds the small
+    letters it merges with, whichever statement read them."""
+    migrate(empty_database, "0017")
+    count = 1200
+    # sigma, alpha, n, alpha, sigma; in capitals, whose last sigma lower-cases as a final sigma
+    small = [f"\u03c3\u03b1{n}\u03b1\u03c3@example.com" for n in range(count)]
+    capitals = [f"\u03a3\u0391{n}\u0391\u03a3@example.com" for n in range(count)]
+    rows = [{"email": email, "key": email, "intent": "claim", "project": None, "at": datetime(2026, 1, 1)}
+            for email in small[::2]]  # fmt: skip
+    rows += [{"email": email, "key": email.lower(), "intent": "claim", "project": "P", "at": datetime(2026, 1, 2)}
+             for email in capitals]  # fmt: skip
+    _execute(empty_database, (ROW, rows))  # type: ignore[arg-type]
+    migrate(empty_database)
+    [found] = _execute(empty_database, ("SELECT email, email_key, project FROM registrations", {}))
+    by_key = {key: (email, project) for email, key, project in found}
+    assert len(found) == count and set(by_key) == set(small)
+    assert by_key[small[0]] == (small[0], "P") and by_key[small[1]] == (capitals[1], "P")
+
+
 A_PARTNER = (
     "INSERT INTO partners (id, name, url, events, status, created_at, updated_at) "
     "VALUES (:id, 'P', 'https://partner.example/', NULL, 'active', :at, :at)"

@@ -7,6 +7,7 @@ the others are deleted. Different intents stay different registrations.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,13 +29,14 @@ REGISTRATIONS = sa.table(
 )
 
 
-def rekey_registrations(bind: Connection, where: sa.ColumnElement[bool] | None = None) -> None:
-    """Key again the registrations ``where`` selects (every one if None), and merge each with the
-    rows its new key meets: the selection must hold, with each row, every row of its new key."""
+def rekey_registrations(bind: Connection, rows: Sequence[Any] | None = None) -> None:
+    """Key again ``rows`` of the registrations (every one if None), and merge each with the rows its
+    new key meets: they must hold, with each row, every row of its new key."""
     table = REGISTRATIONS
-    query = sa.select(table).order_by(table.c.created_at, table.c.id)
+    if rows is None:
+        rows = bind.execute(sa.select(table)).all()
     groups: dict[tuple[str, str], list[Any]] = {}
-    for row in bind.execute(query if where is None else query.where(where)):
+    for row in sorted(rows, key=lambda row: (row.created_at, row.id)):
         groups.setdefault((email_key(row.email), row.intent), []).append(row)
     pending: list[tuple[int, dict[str, Any]]] = []
     for (key, _intent), rows in groups.items():

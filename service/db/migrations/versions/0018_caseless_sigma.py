@@ -27,15 +27,24 @@ depends_on = None
 _FINAL_SIGMA = "\u03c2"
 
 
+# Keys looked up in one statement at most: a driver takes a bounded number of parameters
+# (asyncpg 32,767), and a table may hold more keys to look up.
+_KEYS_A_STATEMENT = 1000
+
+
 def upgrade() -> None:
     bind = op.get_bind()
     table = REGISTRATIONS
     holding = table.c.email_key.contains(_FINAL_SIGMA, autoescape=True)
-    emails = bind.execute(sa.select(table.c.email).where(holding)).scalars().all()
-    if not emails:
+    rows = {row.id: row for row in bind.execute(sa.select(table).where(holding))}
+    if not rows:
         return
-    keys = sorted({email_key(email) for email in emails})
-    rekey_registrations(bind, sa.or_(holding, table.c.email_key.in_(keys)))
+    # With them, every row already holding one of their new keys: the rows they merge with.
+    keys = sorted({email_key(row.email) for row in rows.values()})
+    for start in range(0, len(keys), _KEYS_A_STATEMENT):
+        chunk = keys[start : start + _KEYS_A_STATEMENT]
+        rows.update((row.id, row) for row in bind.execute(sa.select(table).where(table.c.email_key.in_(chunk))))
+    rekey_registrations(bind, list(rows.values()))
 
 
 def downgrade() -> None:
