@@ -74,12 +74,15 @@ _LASTING_POSTGRESQL = (
 )
 
 
-def _chain(error: BaseException) -> list[BaseException]:
+def _chain(error: BaseException, *, context: bool = False) -> list[BaseException]:
+    """``error`` and the errors under it (a driver's, the cause), and with ``context`` the error
+    each was raised while handling."""
     seen: list[BaseException] = []
     current: BaseException | None = error
     while current is not None and current not in seen:
         seen.append(current)
-        current = getattr(current, "orig", None) or current.__cause__
+        under = getattr(current, "orig", None) or current.__cause__
+        current = under or (current.__context__ if context else None)
     return seen
 
 
@@ -100,14 +103,8 @@ def out_of_step(error: BaseException) -> bool:
     as good as closed. Where that error is what a rollback met, the rollback's own error carries it
     as its context, so the context is followed here too.
     """
-    seen: list[BaseException] = []
-    current: BaseException | None = error
-    while current is not None and current not in seen:
-        if isinstance(current, asyncpg.exceptions.InternalClientError):
-            return True
-        seen.append(current)
-        current = getattr(current, "orig", None) or current.__cause__ or current.__context__
-    return False
+    broken = asyncpg.exceptions.InternalClientError
+    return any(isinstance(seen, broken) for seen in _chain(error, context=True))
 
 
 def rolled_back(error: BaseException) -> bool:
