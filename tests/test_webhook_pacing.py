@@ -22,8 +22,14 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
 @pytest.mark.parametrize(
     ("moment", "turn"),
     [
-        # A worker just started: claim a batch.
-        (Moment(), Turn(now=True, claim=256)),
+        # A worker just started: nothing is parked, so it claims two batches (one for the senders
+        # to send while the next turn runs, one to have at hand when it ends).
+        (Moment(), Turn(now=True, claim=512)),
+        # A batch parked or more: one batch; less: two.
+        (Moment(in_flight=16, parked=256), Turn(now=True, claim=256)),
+        (Moment(in_flight=16, parked=255), Turn(now=True, claim=512)),
+        # Two batches never take more than the worker may let out.
+        (Moment(queued=100, in_flight=400), Turn(now=True, claim=268)),
         # Nothing was claimable, nothing has happened since: wait for a nudge or the poll.
         (Moment(drained=True), WAIT),
         # A partner at its cap answering quickly: 15 attempts are back, one is out. They wait to
@@ -34,7 +40,7 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         ),
         (
             Moment(finished=15, in_flight=1, parked=100, drained=True, oldest=0.01, turn_seconds=0.01),
-            Turn(now=True, claim=256),
+            Turn(now=True, claim=512),
         ),
         # ... and no longer than the log delay.
         (
@@ -43,19 +49,19 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         ),
         (
             Moment(finished=15, in_flight=1, drained=True, oldest=0.02, turn_seconds=0.5),
-            Turn(now=True, claim=256),
+            Turn(now=True, claim=512),
         ),
         # All are back and nothing is out: log them and refill the lanes at once.
-        (Moment(finished=16, drained=True, oldest=0.001), Turn(now=True, claim=256)),
+        (Moment(finished=16, drained=True, oldest=0.001), Turn(now=True, claim=512)),
         # Parked jobs do not take room: hanging partners' lanes leave every claim its batch.
         (Moment(in_flight=400, parked=2800), Turn(now=True, claim=256)),
         # Partners hanging from older claims are not waited for.
-        (Moment(finished=8, in_flight=80, drained=True), Turn(now=True, claim=256)),
+        (Moment(finished=8, in_flight=80, drained=True), Turn(now=True, claim=512)),
         # Nor are partners that are not answering, however long turns take: ten hanging partners'
         # 80 attempts would otherwise hold a healthy partner's logging a turn long.
         (
             Moment(finished=8, in_flight=80, silent=80, drained=True, turn_seconds=0.02),
-            Turn(now=True, claim=256),
+            Turn(now=True, claim=512),
         ),
         # ... while attempts to a partner that is answering are waited for as before.
         (
@@ -68,8 +74,8 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         (Moment(finished=256, queued=500, in_flight=32), Turn(now=True, claim=236)),
         # ... or the oldest has waited the log delay.
         (Moment(finished=10, queued=500, in_flight=32, oldest=0.02), Turn(now=True, claim=236)),
-        # Room for a whole batch: claim it, whatever else waits.
-        (Moment(queued=200, in_flight=32), Turn(now=True, claim=256)),
+        # Room for a whole batch: claim, whatever else waits (two batches, as none is parked).
+        (Moment(queued=200, in_flight=32), Turn(now=True, claim=512)),
         # Less than a batch of room while senders are busy: no claim on its own.
         (Moment(queued=500, in_flight=32), WAIT),
         # The worker holds all it may: log, claim nothing.
@@ -77,7 +83,7 @@ PACE = Pace(batch=256, capacity=768, log_delay=0.02)
         # Claims to hand back go at once; after a short claim there is nothing to claim with them.
         (Moment(expired=2, drained=True), Turn(now=True, claim=0)),
         # A short claim, then an attempt logged: its slot is free, so the turn claims again.
-        (Moment(finished=1, drained=True), Turn(now=True, claim=256)),
+        (Moment(finished=1, drained=True), Turn(now=True, claim=512)),
     ],
 )
 def test_when_the_worker_claims_and_logs(moment: Moment, turn: Turn) -> None:

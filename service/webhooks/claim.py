@@ -130,9 +130,12 @@ _PLANNED_NOW = select(func.set_config("plan_cache_mode", "force_custom_plan", Tr
 
 _HOLDER = bindparam("b_holder", type_=String())
 # A holder claims at most this many of one partner's deliveries beyond its slots, whatever the
-# depth: a partner with a large cap keeps two turns' worth at hand (worker.BATCH), not thousands
-# of leases.
-MAX_AHEAD = 1024
+# depth: a partner with a large cap keeps about four turns' worth at hand (worker.BATCH), not
+# thousands of leases. What the worker has sent and not yet logged counts against it: under a
+# backlog a turn's worth is waiting to be logged while the next is sent, so at 1,024 a partner at
+# cap 64 had a turn's worth at hand and its senders idled at every turn's end (pacing "A turn that
+# finds less than a batch parked").
+MAX_AHEAD = 2048
 # A partner's cap: its own max_in_flight or the default (b_cap) while its circuit is closed, one
 # (the probe) once an open circuit's cool-down has passed, none while it is open.
 _CAP = case(

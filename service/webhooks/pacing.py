@@ -27,6 +27,11 @@ The rules, in order of weight:
 - **Every turn that runs claims what there is room for**, so a transaction paid for logging also
   tops up the lanes. Room counts the jobs let out to the senders, not the parked ones: a lane
   parks at most its depth, and a hanging partner's parked jobs must not keep others from claiming.
+- **A turn that finds less than a batch parked claims up to two.** Under a backlog a turn lasts
+  about as long as the senders take to send what the lanes hold, since each of its round trips
+  waits on a loop busy with them: claiming one batch a turn, the lanes ran dry at every turn's end
+  and the senders idled until it committed. The second batch builds the stock back up, so the
+  senders are still busy when the next claim lands.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from typing import NamedTuple
 class Pace:
     """A worker's fixed sizes."""
 
-    batch: int  # the most rows one turn claims, and finished attempts enough to log at once
+    batch: int  # finished attempts enough to log at once; a turn claims up to one batch, or two
     capacity: int  # jobs a worker lets out at most: in flight or waiting for a sender
     log_delay: float  # seconds a finished attempt may wait to share a commit while senders are busy
 
@@ -77,7 +82,8 @@ WAIT = Turn(now=False)
 def decide(moment: Moment, pace: Pace) -> Turn:
     """Whether to turn now, and how many deliveries that turn claims."""
     held = moment.queued + moment.in_flight
-    room = max(0, min(pace.capacity - held, pace.batch))
+    reach = pace.batch if moment.parked >= pace.batch else 2 * pace.batch
+    room = max(0, min(pace.capacity - held, reach))
     starved = moment.queued == 0
     # Something may be claimable: a claim would not be wasted on its own.
     claim_now = room > 0 and not moment.drained and (room >= pace.batch or starved)

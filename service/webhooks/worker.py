@@ -139,12 +139,13 @@ LOG_DELAY = 0.02
 # wait for a sender. Under a backlog the transactions run back to back, so each one's fixed cost
 # (round trips, commit) is what bounds the rate: draining 20,000 deliveries went from 6,400/s
 # (PostgreSQL) and 8,500/s (SQLite) with batches of 64 to 8,800/s and 9,900/s with 256. Under a
-# backlog a turn lasts about as long as the senders take to send what the last one claimed, and
-# they idle at its end: the database settles and claims rows about as fast as they are sent, and
-# each round trip also waits on an event loop busy with the senders. Turns of 512 rows share the
-# wait among twice the deliveries (like for like at cap 64 and for ten partners at cap 8, 6-20 %
-# faster than 256 on both databases; docs/architecture.md "Slots"). A waiting delivery
-# that could no longer finish inside its lease is handed back instead of sent.
+# backlog a turn lasts about as long as the senders take to send what the lanes hold: the database
+# settles and claims rows about as fast as they are sent, and each round trip also waits on an
+# event loop busy with the senders. Turns of 512 rows share the wait among twice the deliveries
+# (like for like at cap 64 and for ten partners at cap 8, 6-20 % faster than 256 on both
+# databases; docs/architecture.md "Slots"), and a turn that finds less than a batch parked claims
+# two, so the senders do not idle at its end (pacing). A waiting delivery that could no longer
+# finish inside its lease is handed back instead of sent.
 BATCH = 512
 WAITING = 512
 # A worker claims up to DEPTH times a partner's slots, so the next of its deliveries is at hand when
@@ -152,7 +153,7 @@ WAITING = 512
 # is earned, see _deep: a partner hanging or failing soon gets its slots only). Claims and logs run
 # in turns tens of milliseconds long under a backlog, while a partner answering on loopback takes a
 # millisecond or two: with 16 slots, DEPTH 64 keeps up to 1,008 deliveries parked (two turns'
-# worth; claim.MAX_AHEAD bounds larger caps the same). DEPTH 32 against 8 drained a partner at cap
+# worth; claim.MAX_AHEAD bounds larger caps at 2,048). DEPTH 32 against 8 drained a partner at cap
 # 16 about 30 % faster on both databases, and 64 against 32 another 6 % (docs/architecture.md
 # "Slots", benchmarks/delivery.py).
 DEPTH = 64
