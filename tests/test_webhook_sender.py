@@ -224,6 +224,7 @@ DOTNET = {"+": "\\u002B", "/": "\\u002F", "=": "\\u003D"}
 DOTNET_LOWER = {"+": "\\u002b", "/": "\\u002f", "=": "\\u003d"}
 PERCENT = {"+": "%2B", "/": "%2F", "=": "%3D"}
 PERCENT_LOWER = {"+": "%2b", "/": "%2f", "=": "%3d"}
+PERCENT_TWICE = {"+": "%252B", "/": "%252f", "=": "%253D"}  # a URL in another URL's query
 HTML_DECIMAL = {"+": "&#43;", "/": "&#047;", "=": "&#61;"}
 HTML_HEX = {"+": "&#x2B;", "/": "&#x2f;", "=": "&#X003D;"}
 
@@ -252,11 +253,14 @@ def spelled(value: str, spellings: dict[str, str], times: int = -1) -> str:
         (f"key={spelled(SLASHED.removeprefix('whsec_'), DOTNET_LOWER)};", [SLASHED], "key=[secret];"),
         (f"?a={spelled(SLASHED, PERCENT)}&b={spelled(SLASHED, PERCENT_LOWER)}", [SLASHED], "?a=[secret]&b=[secret]"),
         (f"<b>{spelled(SLASHED, HTML_DECIMAL)}</b> {spelled(SLASHED, HTML_HEX)}", [SLASHED], "<b>[secret]</b> [secret]"),
+        (f"next=%2Fhook%3Fkey%3D{spelled(SLASHED, PERCENT_TWICE)}", [SLASHED], "next=%2Fhook%3Fkey%3D[secret]"),
+        (f"key={spelled(spelled(SLASHED, PERCENT_TWICE, 1), PERCENT, 1)}", [SLASHED], "key=[secret]"),
         (f"mixed {spelled(spelled(SLASHED, PERCENT_LOWER, 1), DOTNET, 1)}", [SLASHED], "mixed [secret]"),
         (f"{'x' * 200}{spelled(SLASHED, HTML_DECIMAL)}", [SLASHED], f"{'x' * 200}[secret]"),  # the cut would halve it
         # Another partner's, in the issued form: the form is enough, whatever its spelling.
         (f"theirs: {spelled(FOREIGN, PHP)} {spelled(FOREIGN, PERCENT)}", [SECRET], "theirs: [secret] [secret]"),
         (f"theirs: {spelled(FOREIGN, HTML_HEX)}", [SECRET], "theirs: [secret]"),
+        (f"theirs: {spelled(FOREIGN, PERCENT_TWICE)}", [SECRET], "theirs: [secret]"),
         (f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B", [SECRET], f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B"),  # the form only
     ],
 )

@@ -476,8 +476,9 @@ _CUT_KEY = re.compile(
     re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]*=?\Z|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{12,43}=?\Z"
 )
 # How a partner's encoder may escape the three characters of a key that are not letters or digits
-# (no encoder escapes those), by the character the escape begins with: JSON as PHP (``\/``) or
-# .NET (``\u002B``) writes it, percent-encoding, HTML's named character references.
+# (no encoder escapes those), by what the escape begins with: JSON as PHP (``\/``) or
+# .NET (``\u002B``) writes it, percent-encoding, once or twice (a URL carried in another's query,
+# ``%252B``: decoding it twice gives the key), HTML's named character references.
 _ESCAPES = {
     "\\": {
         "\\/": "/",
@@ -489,6 +490,7 @@ _ESCAPES = {
         "\\u003d": "=",
     },
     "%": {"%2B": "+", "%2b": "+", "%2F": "/", "%2f": "/", "%3D": "=", "%3d": "="},
+    "%25": {"%252B": "+", "%252b": "+", "%252F": "/", "%252f": "/", "%253D": "=", "%253d": "="},
     "&": {"&plus;": "+", "&sol;": "/", "&equals;": "="},
 }
 # And HTML's numeric character references: decimal or hex (either case), with any leading zeros.
