@@ -225,6 +225,8 @@ DOTNET_LOWER = {"+": "\\u002b", "/": "\\u002f", "=": "\\u003d"}
 PERCENT = {"+": "%2B", "/": "%2F", "=": "%3D"}
 PERCENT_LOWER = {"+": "%2b", "/": "%2f", "=": "%3d"}
 PERCENT_TWICE = {"+": "%252B", "/": "%252f", "=": "%253D"}  # a URL in another URL's query
+# A key whose first characters, after an encoded "%" (``%25``), read as "+" encoded twice.
+STARTS_2B = "2Bxx+yy" + "A" * 36 + "="
 HTML_DECIMAL = {"+": "&#43;", "/": "&#047;", "=": "&#61;"}
 HTML_HEX = {"+": "&#x2B;", "/": "&#x2f;", "=": "&#X003D;"}
 
@@ -255,6 +257,8 @@ def spelled(value: str, spellings: dict[str, str], times: int = -1) -> str:
         (f"<b>{spelled(SLASHED, HTML_DECIMAL)}</b> {spelled(SLASHED, HTML_HEX)}", [SLASHED], "<b>[secret]</b> [secret]"),
         (f"next=%2Fhook%3Fkey%3D{spelled(SLASHED, PERCENT_TWICE)}", [SLASHED], "next=%2Fhook%3Fkey%3D[secret]"),
         (f"key={spelled(spelled(SLASHED, PERCENT_TWICE, 1), PERCENT, 1)}", [SLASHED], "key=[secret]"),
+        (f"rate=100%25{spelled(STARTS_2B, PERCENT)}", ["whsec_" + STARTS_2B], "rate=100%25[secret]"),
+        (f"key={spelled(SLASHED, PERCENT).removesuffix('%3D')};", [SLASHED], "key=[secret];"),  # unpadded
         (f"mixed {spelled(spelled(SLASHED, PERCENT_LOWER, 1), DOTNET, 1)}", [SLASHED], "mixed [secret]"),
         (f"{'x' * 200}{spelled(SLASHED, HTML_DECIMAL)}", [SLASHED], f"{'x' * 200}[secret]"),  # the cut would halve it
         # Another partner's, in the issued form: the form is enough, whatever its spelling.
@@ -368,6 +372,12 @@ RETIRED_SLASHED = "SC2Wc8/uXeOR+X/eTRyE+fjW8s8HhPz/uVi0Ay3nI2w="  # retired too,
         # After another escape, a key stands alone as after the character it stands for.
         (f"Expected \\u0027{spelled(RETIRED_SLASHED, DOTNET)}\\u0027", "Expected \\u0027[secret]\\u0027"),
         (f"error=expected%20{spelled(RETIRED_SLASHED, PERCENT)}%22", "error=expected%20[secret]%22"),
+        # Encoded twice (JSON in a URL in another URL's query), or once after an encoded "%".
+        (
+            f"next=%257B%2522old%2522%253A%2522{spelled(RETIRED_SLASHED, PERCENT_TWICE)}%2522%257D",
+            "next=%257B%2522old%2522%253A%2522[secret]%2522%257D",
+        ),
+        (f"rate=100%25{spelled(STARTS_2B, PERCENT)}", "rate=100%25[secret]"),
         (f'{{"error":"expected:\\n{spelled(RETIRED_SLASHED, PHP)}"}}', '{"error":"expected:\\n[secret]"}'),
         # A signature, escaped, is no more the partner's than written as is; nor a longer run.
         (f'{{"got":"{spelled(SIGNATURE, PHP)}"}}', f'{{"got":"{spelled(SIGNATURE, PHP)}"}}'),
@@ -382,6 +392,7 @@ def test_a_retired_secret_echoed_without_its_prefix_is_known_by_its_digest(text:
     """The service keeps the digest of every secret it issued, not the secret: a bare key whose
     digest is the partner's is written ``[secret]``, any other 44 characters of base64 kept."""
     digests = {secret_digest(SECRET), secret_digest(OLDER), secret_digest("whsec_" + RETIRED_SLASHED)}
+    digests.add(secret_digest("whsec_" + STARTS_2B))
     assert without_secrets(text, [SECRET], digests) == kept
 
 

@@ -476,9 +476,8 @@ _CUT_KEY = re.compile(
     re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]*=?\Z|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{12,43}=?\Z"
 )
 # How a partner's encoder may escape the three characters of a key that are not letters or digits
-# (no encoder escapes those), by what the escape begins with: JSON as PHP (``\/``) or
-# .NET (``\u002B``) writes it, percent-encoding, once or twice (a URL carried in another's query,
-# ``%252B``: decoding it twice gives the key), HTML's named character references.
+# (no encoder escapes those), by the character the escape begins with: JSON as PHP (``\/``) or
+# .NET (``\u002B``) writes it, percent-encoding, HTML's named character references.
 _ESCAPES = {
     "\\": {
         "\\/": "/",
@@ -490,7 +489,6 @@ _ESCAPES = {
         "\\u003d": "=",
     },
     "%": {"%2B": "+", "%2b": "+", "%2F": "/", "%2f": "/", "%3D": "=", "%3d": "="},
-    "%25": {"%252B": "+", "%252b": "+", "%252F": "/", "%252f": "/", "%253D": "=", "%253d": "="},
     "&": {"&plus;": "+", "&sol;": "/", "&equals;": "="},
 }
 # And HTML's numeric character references: decimal or hex (either case), with any leading zeros.
@@ -503,11 +501,18 @@ _NUMERIC_UNESCAPES = tuple((re.compile(reference), char) for char, reference in 
 # Any other JSON escape or percent-encoded byte stands for no base64 character: read as a space, so
 # a key after it (``\u0027KEY``, ``%20KEY``) stands alone, as ``_BARE_KEY``'s look-behind has it.
 _OTHER_ESCAPE = re.compile(r"\\(?:u[0-9A-Fa-f]{4}|[\\bfnrt])|%[0-9A-Fa-f]{2}")
+# Percent-encoding applied twice (a URL carried in another's query): decoded twice, ``%252B`` is
+# "+". Read once it is an encoded "%" and then ``2B``, which may be a key's start, so a text holding
+# ``%25`` is searched in both readings (``_unescaped(twice=...)``). Read twice, any other byte
+# encoded twice (``%2522``, a quote) stands for no base64 character either.
+_TWICE = {"%252B": "+", "%252b": "+", "%252F": "/", "%252f": "/", "%253D": "=", "%253d": "="}
+_OTHER_TWICE = re.compile(r"%25[0-9A-Fa-f]{2}")
 
 
 def _spellings(char: str) -> str:
     """A pattern of ``char`` written as it is or escaped in any of the ways above."""
-    escaped = [escape for escapes in _ESCAPES.values() for escape, meant in escapes.items() if meant == char]
+    every = [*_ESCAPES.values(), _TWICE]
+    escaped = [escape for escapes in every for escape, meant in escapes.items() if meant == char]
     return "(?:" + "|".join([re.escape(char), *map(re.escape, escaped), _NUMERIC_REFERENCES[char]]) + ")"
 
 
@@ -545,17 +550,19 @@ def _without_escaped_secrets(text: str, secrets: Sequence[str], digests: Collect
     rules of ``without_secrets`` in the text unescaped, and only a secret found is matched in all
     its spellings (``_spelled``), the dearer pattern: whatever a partner writes, its answer costs a
     few passes over the text, never a match tried again at each of its characters."""
-    unescaped = _unescaped(text)
-    if unescaped == text:  # nothing escaped: ``without_secrets`` read all there was
+    once = _unescaped(text)
+    if once == text:  # nothing escaped: ``without_secrets`` read all there was
         return text
+    views = (once, _unescaped(text, twice=True)) if "%25" in text else (once,)
     for secret in secrets:
         key = secret.removeprefix(SECRET_PREFIX)
-        if len(key) >= _SHORTEST_REDACTED and key in unescaped:
+        unpadded = key.rstrip("=")  # as ``redacted``: a key without its padding is the key
+        if len(key) >= _SHORTEST_REDACTED and any(unpadded in view for view in views):
             text = _spelled(secret).sub(REDACTED, text)
     if SECRET_PREFIX in text:
         text = _SPELLED_ISSUED_SECRET.sub(REDACTED, text)
-    if digests and len(unescaped) >= _KEY_CHARS:
-        for key in {found[0] for found in _BARE_KEY.finditer(unescaped)}:
+    if digests and len(once) >= _KEY_CHARS:
+        for key in {found[0] for view in views for found in _BARE_KEY.finditer(view)}:
             if _digest_of(key) in digests:
                 text = _spelled(key).sub(REDACTED, text)
     return text
@@ -565,10 +572,15 @@ def _digest_of(key: str) -> str:
     return secret_digest(SECRET_PREFIX + key)
 
 
-def _unescaped(text: str) -> str:
+def _unescaped(text: str, *, twice: bool = False) -> str:
     """``text`` as far as a key in it goes: each escaped "+", "/" and "=" as itself, any other
-    escape a space. Fixed strings, and only those of a lead the text holds, so no call into Python
-    for each escape: a kilobyte of escapes took 3-41 us, where a callback for each took 32-126."""
+    escape a space; ``twice``: percent-encoding read twice first (``_TWICE``). Fixed strings, and
+    only those of a lead the text holds, so no call into Python for each escape: a kilobyte of
+    escapes took 3-41 us, where a callback for each took 32-126."""
+    if twice:
+        for escape, char in _TWICE.items():
+            text = text.replace(escape, char)
+        text = _OTHER_TWICE.sub(" ", text)
     for lead, escapes in _ESCAPES.items():
         if lead in text:
             for escape, char in escapes.items():
@@ -603,10 +615,13 @@ def redacted(text: str, secret: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _spelled(secret: str) -> re.Pattern[str]:
     """``secret``, whole or without its ``whsec_`` prefix, each "+", "/" and "=" in it written as
-    it is or escaped (``_SPELLINGS``). Compiled once a secret: a partner's change only at rotation,
-    and a retired key is looked for only once found in an answer (its digest the partner's)."""
+    it is or escaped (``_SPELLINGS``), its padding there or not. Compiled once a secret: a
+    partner's change only at rotation, and a retired key is looked for only once found in an answer
+    (its digest the partner's)."""
     key = secret.removeprefix(SECRET_PREFIX)
-    spelled = "".join(_SPELLINGS.get(char) or re.escape(char) for char in key)
+    unpadded = key.rstrip("=")
+    spelled = "".join(_SPELLINGS.get(char) or re.escape(char) for char in unpadded)
+    spelled += f"(?:{_SPELLINGS['=']})?" * (len(key) - len(unpadded))
     if key != secret:  # a secret older than ``whsec_`` ones has no prefix to leave out
         spelled = f"(?:{re.escape(SECRET_PREFIX)})?{spelled}"
     return re.compile(spelled)
