@@ -18,7 +18,7 @@ from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-from service.states import DeliveryStatus, PartnerStatus
+from service.states import AttemptOutcome, CircuitChange, DeliveryStatus, PartnerStatus
 from service.text import readable
 
 
@@ -255,8 +255,21 @@ class Metrics:
                 self.partner_state.labels(partner, state).set(1 if standing.status == state else 0)
             self.failed_deliveries.labels(partner).set(standing.failed)
             self.partner_info.labels(partner).info({"name": name_label(standing.name)})
-            # Each partner's counter shows from 0, so a rate over it sees the first 410 too.
-            self.partner_paused.labels(partner)
+            self._from_zero(partner)
+
+    def _from_zero(self, partner: str) -> None:
+        """Show each of ``partner``'s counter series from 0, before anything is counted in it.
+
+        A series first scraped above 0 has no sample before its first increment, so ``increase()``
+        and ``rate()`` miss that increment: for events as rare as a partner's circuit opening, its
+        deliveries failing or its 410, the one that matters. Children are made once a process.
+        """
+        for outcome in AttemptOutcome:
+            self.delivery_attempts.labels(partner, outcome)
+        for change in CircuitChange:
+            self.circuit_changes.labels(partner, change)
+        self.deliveries_failed.labels(partner)
+        self.partner_paused.labels(partner)
 
     def set_workers(self, live: int, silent: int) -> None:
         """The roster gauges, from what ``service.webhooks.roster`` read at scrape time."""

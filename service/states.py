@@ -55,6 +55,16 @@ class AttemptOutcome(StrEnum):
     PAUSED = "paused"  # the partner answered 410 and was paused
 
 
+class CircuitChange(StrEnum):
+    """What an attempt did to its partner's circuit (``service.webhooks.breaker``), for logs and
+    metrics (the counter uses the same words)."""
+
+    OPENED = "opened"
+    REOPENED = "reopened"  # a probe failed
+    CLOSED = "closed"
+    DISABLED = "disabled"  # failing without a break for too long: the partner was disabled
+
+
 STATUS_AFTER = {
     AttemptOutcome.DELIVERED: DeliveryStatus.DELIVERED,
     AttemptOutcome.RETRY: DeliveryStatus.PENDING,

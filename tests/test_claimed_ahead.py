@@ -21,8 +21,9 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from service.db import faults
+from service.states import CircuitChange
 from service.webhooks import partners, runtime, signing
-from service.webhooks.breaker import BreakerState, Change
+from service.webhooks.breaker import BreakerState
 from tests.webhook_helpers import Receiver, Reply, deliveries, onboard, publish, room_claimed, settings
 
 EVENTS = 16
@@ -181,7 +182,7 @@ def test_every_change_a_claim_reads_counts_the_revision_up(make_client: Any, dat
             async with client.app.ctx.engine.connect() as conn:
                 return (await partners.revisions(conn, [partner_id]))[partner_id]
 
-        async def circuit(*changes: Change) -> None:
+        async def circuit(*changes: CircuitChange) -> None:
             now = ops.clock()
             state = (
                 BreakerState(5, now, now + timedelta(seconds=60), 60.0) if changes else BreakerState(1, now)
@@ -200,7 +201,7 @@ def test_every_change_a_claim_reads_counts_the_revision_up(make_client: Any, dat
             ("capped", lambda: ops.update(partner_id, {"maxInFlight": 3}), 1),
             ("rotated", lambda: ops.rotate_secret(partner_id, {"overlapSeconds": 0}), 1),
             ("failed once", lambda: circuit(), 0),
-            ("circuit opened", lambda: circuit(Change.OPENED), 1),
+            ("circuit opened", lambda: circuit(CircuitChange.OPENED), 1),
             ("removed", lambda: ops.remove(partner_id), 1),
         ]
 

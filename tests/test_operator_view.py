@@ -130,7 +130,8 @@ def test_partner_gauges_are_read_from_the_database(make_client: Any, database_ur
         role = {partner_id: name for name, partner_id in ids.items()}
         with make_client(database_url=database_url, **settings()) as fresh:  # a new process, counters at zero
             again = scrape(fresh)
-            assert samples(again, "service_webhook_deliveries_failed_total") == {}
+            # Counters are this process's own: every partner's starts again at 0.
+            assert by_partner(again, "service_webhook_deliveries_failed_total") == dict.fromkeys(role, 0.0)
             for text in (first, again):
                 assert {role[p]: v for p, v in by_partner(text, "service_webhook_circuit_open").items()} == {
                     "calm": 0, "down": 1, "gone": 0, "held": 0, "off": 0, "evil": 0,
@@ -193,6 +194,36 @@ def test_a_partner_pausing_itself_with_410_is_a_warning_and_a_counter(
     assert by_partner(text, "service_webhook_partner_paused_total") == {gone["id"]: 1.0, calm["id"]: 0.0}
     assert partner_states(text)[gone["id"]] == "paused" == shown["status"]
     assert partner_states(text)[calm["id"]] == "active"
+
+
+def test_every_partner_counter_is_scraped_from_zero_before_it_first_counts(
+    make_client: Any, database_url: str
+) -> None:
+    """A partner's attempts (each outcome), circuit changes (each change), failed deliveries and
+    410s are all 0 at the first scrape that knows the partner: a series first seen above 0 would
+    hide its first increment from increase(), and a circuit's first opening is the one that
+    matters. The next scrape counts from there."""
+    outcomes = {"delivered", "retry", "failed", "paused"}
+    changes = {"opened", "reopened", "closed", "disabled"}
+    with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        partner = onboard(client, receiver.url())["id"]
+        before = scrape(client)
+        publish(client, room_claimed())
+        assert drain(client) == 1
+        after = scrape(client)
+
+    def counted(text: str, name: str, label: str) -> dict[str, float]:
+        found = samples(text, name)
+        assert {dict(labels)["partner"] for labels in found} == {partner}
+        return {dict(labels)[label]: value for labels, value in found.items()}
+
+    attempts = "service_webhook_attempts_total"
+    assert counted(before, attempts, "outcome") == dict.fromkeys(outcomes, 0.0)
+    assert counted(after, attempts, "outcome") == {**dict.fromkeys(outcomes, 0.0), "delivered": 1.0}
+    circuit = "service_webhook_circuit_changes_total"
+    assert counted(before, circuit, "change") == dict.fromkeys(changes, 0.0) == counted(after, circuit, "change")
+    for name in ("service_webhook_deliveries_failed_total", "service_webhook_partner_paused_total"):
+        assert by_partner(before, name) == {partner: 0.0} == by_partner(after, name)
 
 
 def test_deliveries_held_by_an_open_circuit_say_so(

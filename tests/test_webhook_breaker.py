@@ -6,14 +6,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from service.states import Circuit
-from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt, circuit
+from service.states import Circuit, CircuitChange
+from service.webhooks.breaker import BreakerPolicy, BreakerState, after_attempt, circuit
 
 T0 = datetime(2026, 6, 29, 12, 0, tzinfo=UTC)
 POLICY = BreakerPolicy(failures=3, cooldown=30, disable_after=3600, max_cooldown=100)
 
 
-def fail(state: BreakerState, seconds: float, *, probe: bool = False) -> tuple[BreakerState, list[Change]]:
+def fail(state: BreakerState, seconds: float, *, probe: bool = False) -> tuple[BreakerState, list[CircuitChange]]:
     return after_attempt(state, ok=False, probe=probe, at=T0 + timedelta(seconds=seconds), policy=POLICY)
 
 
@@ -24,7 +24,7 @@ def test_failures_in_a_row_open_the_circuit_for_the_cooldown() -> None:
     state, changes = fail(state, 1)
     assert changes == [] and circuit(state, T0) is Circuit.CLOSED
     state, changes = fail(state, 2)
-    assert changes == [Change.OPENED]
+    assert changes == [CircuitChange.OPENED]
     assert state == BreakerState(3, T0, T0 + timedelta(seconds=32), 30)
     assert circuit(state, T0 + timedelta(seconds=31)) is Circuit.OPEN
     assert circuit(state, T0 + timedelta(seconds=32)) is Circuit.HALF_OPEN
@@ -36,7 +36,7 @@ def test_a_failed_probe_doubles_the_cooldown_up_to_its_ceiling() -> None:
     cooldowns = []
     for moment in (30, 100, 300, 500):
         state, changes = fail(state, moment, probe=True)
-        assert changes == [Change.REOPENED]
+        assert changes == [CircuitChange.REOPENED]
         cooldowns.append(state.cooldown)
     assert cooldowns == [60, 100, 100, 100]
     assert state.open_until == T0 + timedelta(seconds=600)
@@ -58,7 +58,7 @@ def test_a_probe_whose_circuit_closed_meanwhile_fails_as_any_attempt() -> None:
     assert state == BreakerState(1, T0 + timedelta(seconds=40), None, None)
     state, changes = fail(state, 41, probe=True)
     state, changes = fail(state, 42, probe=True)
-    assert changes == [Change.OPENED]  # the third in a row, as for any partner
+    assert changes == [CircuitChange.OPENED]  # the third in a row, as for any partner
     assert (state.open_until, state.cooldown) == (T0 + timedelta(seconds=72), 30)
 
 
@@ -66,7 +66,7 @@ def test_a_success_closes_and_forgets() -> None:
     """One 2xx closes an open circuit and clears the count; on a healthy partner it changes nothing."""
     opened = BreakerState(7, T0, T0 + timedelta(seconds=30), 60)
     state, changes = after_attempt(opened, ok=True, probe=True, at=T0, policy=POLICY)
-    assert (state, changes) == (BreakerState(), [Change.CLOSED])
+    assert (state, changes) == (BreakerState(), [CircuitChange.CLOSED])
     assert after_attempt(BreakerState(), ok=True, probe=False, at=T0, policy=POLICY) == (BreakerState(), [])
 
 
@@ -75,4 +75,4 @@ def test_unbroken_failure_for_disable_after_disables(seconds: float, disabled: b
     """Failing since T0: a failure at T0 + disable_after says disable, a second earlier does not."""
     state = BreakerState(3, T0, T0 + timedelta(seconds=30), 30)
     _, changes = fail(state, seconds, probe=True)
-    assert (Change.DISABLED in changes) is disabled
+    assert (CircuitChange.DISABLED in changes) is disabled

@@ -443,7 +443,7 @@ def test_metrics_count_attempts_and_what_waits(make_client: Any, clock: Any) -> 
         by_outcome: dict[str, float] = {}
         for (_, outcome), value in _attempts(text).items():
             by_outcome[outcome] = by_outcome.get(outcome, 0) + value
-        assert by_outcome == {"delivered": 1.0, "retry": 1.0}
+        assert by_outcome == {"delivered": 1.0, "retry": 1.0, "failed": 0.0, "paused": 0.0}
         assert 'service_webhook_queue_depth{status="pending"} 1.0' in text
         assert 'service_webhook_queue_depth{status="delivering"} 0.0' in text
         assert 'service_webhook_queue_depth{status="delivered"}' not in text
@@ -459,7 +459,8 @@ def test_the_worker_counts_attempts_by_partner(make_client: Any) -> None:
         publish(client, room_claimed("one"))
         drain(client)
         text = client.get("/admin/metrics", headers=AUTH).text
-        assert _attempts(text) == {(partner["id"], "delivered"): 1.0}
+        shown = {(partner["id"], outcome): 0.0 for outcome in ("retry", "failed", "paused")}
+        assert _attempts(text) == {**shown, (partner["id"], "delivered"): 1.0}
 
 
 def test_the_serve_worker_wakes_on_publish(sqlite_url: str, clock: Any) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from service.states import AttemptOutcome, PartnerStatus
-from service.webhooks.breaker import BreakerPolicy, BreakerState, Change
+from service.states import AttemptOutcome, CircuitChange, PartnerStatus
+from service.webhooks.breaker import BreakerPolicy, BreakerState
 from service.webhooks.claim import Job
 from service.webhooks.partners import PartnerEffect, Standing
 from service.webhooks.settle import Settlement, changes, effects
@@ -29,8 +29,8 @@ def test_failures_open_the_circuit_in_the_order_they_finished() -> None:
     records = [attempt("a", AttemptOutcome.RETRY, 2), attempt("a", AttemptOutcome.RETRY, 1)]
     [effect] = effects(records, {"a": ACTIVE}, POLICY)
     opened = BreakerState(2, T0 + timedelta(seconds=1), T0 + timedelta(seconds=32), 30.0)
-    assert effect == PartnerEffect("a", breaker=opened, changes=(Change.OPENED,))
-    assert changes([effect]) == [("a", Change.OPENED)]
+    assert effect == PartnerEffect("a", breaker=opened, changes=(CircuitChange.OPENED,))
+    assert changes([effect]) == [("a", CircuitChange.OPENED)]
 
 
 def test_a_410_pauses_an_active_partner_and_moves_no_circuit() -> None:
@@ -43,17 +43,17 @@ def test_a_partner_already_paused_is_neither_paused_nor_disabled_again() -> None
     standing = {"a": Standing(PartnerStatus.PAUSED, failing)}
     records = [attempt("a", AttemptOutcome.PAUSED, 1), attempt("a", AttemptOutcome.RETRY, 2)]
     [effect] = effects(records, standing, POLICY)
-    assert (effect.pause, effect.disable, Change.DISABLED in effect.changes) == (False, False, False)
+    assert (effect.pause, effect.disable, CircuitChange.DISABLED in effect.changes) == (False, False, False)
     assert effect.breaker is not None and effect.breaker.consecutive_failures == 10
 
 
 def test_failing_too_long_disables_an_active_partner_unless_it_paused_itself() -> None:
     failing = Standing(PartnerStatus.ACTIVE, BreakerState(9, T0 - timedelta(hours=2), None, None))
     [disabled] = effects([attempt("a", AttemptOutcome.RETRY, 1)], {"a": failing}, POLICY)
-    assert disabled.disable and Change.DISABLED in disabled.changes
+    assert disabled.disable and CircuitChange.DISABLED in disabled.changes
     gone = [attempt("a", AttemptOutcome.RETRY, 1), attempt("a", AttemptOutcome.PAUSED, 2)]
     [paused] = effects(gone, {"a": failing}, POLICY)
-    assert (paused.pause, paused.disable, Change.DISABLED in paused.changes) == (True, False, False)
+    assert (paused.pause, paused.disable, CircuitChange.DISABLED in paused.changes) == (True, False, False)
 
 
 def test_a_partner_removed_meanwhile_is_left_out() -> None:

@@ -711,14 +711,15 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
 ) -> None:
     """A delivered attempt closes its partner's open circuit and forgets its failures (reported
     once, as closed); a partner already closed and reset is left as it is, with nothing reported."""
-    from service.webhooks.breaker import BreakerPolicy, Change
+    from service.states import CircuitChange
+    from service.webhooks.breaker import BreakerPolicy
 
     lease = timedelta(seconds=30)
 
     def delivered(job: Job) -> Settlement:
         return Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
 
-    async def settle_one(conn: Any, record: Settlement) -> list[tuple[str, Change]]:
+    async def settle_one(conn: Any, record: Settlement) -> list[tuple[str, CircuitChange]]:
         effects = (await settle.record(conn, [record], breaker=BreakerPolicy())).effects
         await partners.apply(conn, effects, now=clock())
         return settle.changes(effects)
@@ -756,7 +757,7 @@ def test_a_batch_of_successes_closes_an_open_circuit_and_leaves_a_closed_one_alo
                 )
             ).one()
         await engine.dispose()
-        assert first == [(partner_id, Change.CLOSED)]
+        assert first == [(partner_id, CircuitChange.CLOSED)]
         return first, second, tuple(row)
 
     _, second, row = asyncio.run(scenario())

@@ -224,7 +224,7 @@ def test_a_late_failure_settles_nothing_and_fails_no_delivery_for_good(
         assert [(a["attempt"], a["outcome"]) for a in delivery["attempts"]] == [(1, "failed")]
         text = client.get("/admin/metrics", headers=AUTH).text
         assert f'service_webhook_attempts_total{{outcome="failed",partner="{partner["id"]}"}} 1.0' in text
-        assert "service_webhook_deliveries_failed_total{" not in text
+        assert f'service_webhook_deliveries_failed_total{{partner="{partner["id"]}"}} 0.0' in text
 
 
 def test_many_workers_send_every_delivery_exactly_once(database_url: str, clock: Any) -> None:

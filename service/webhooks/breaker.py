@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from enum import StrEnum
 
-from service.states import Circuit
+from service.states import Circuit, CircuitChange
 
 MAX_COOLDOWN = 3600.0  # seconds: a probe at least once an hour, however long the partner is down
 
@@ -48,17 +47,8 @@ class BreakerState:
     cooldown: float | None = None  # the current (or last) open period, seconds
 
 
-class Change(StrEnum):
-    """What an attempt did to the circuit, for logs and metrics."""
-
-    OPENED = "opened"
-    REOPENED = "reopened"  # a probe failed
-    CLOSED = "closed"
-    DISABLED = "disabled"
-
-
 # The changes after which the partner's queued deliveries wait: nothing more goes out until a probe.
-STOPPING = frozenset({Change.OPENED, Change.REOPENED, Change.DISABLED})
+STOPPING = frozenset({CircuitChange.OPENED, CircuitChange.REOPENED, CircuitChange.DISABLED})
 
 
 def circuit(state: BreakerState, now: datetime) -> Circuit:
@@ -69,7 +59,7 @@ def circuit(state: BreakerState, now: datetime) -> Circuit:
 
 def after_attempt(
     state: BreakerState, *, ok: bool, probe: bool, at: datetime, policy: BreakerPolicy
-) -> tuple[BreakerState, list[Change]]:
+) -> tuple[BreakerState, list[CircuitChange]]:
     """The state after one attempt that finished at ``at``, and what changed.
 
     ``probe`` says the attempt was claimed while the circuit was half-open. Attempts that were
@@ -79,19 +69,19 @@ def after_attempt(
     attempt does, one failure of a fresh count.
     """
     if ok:
-        return BreakerState(), [Change.CLOSED] if state.open_until is not None else []
+        return BreakerState(), [CircuitChange.CLOSED] if state.open_until is not None else []
     failing_since = state.failing_since or at
     failed = replace(state, consecutive_failures=state.consecutive_failures + 1, failing_since=failing_since)
-    changes: list[Change] = []
+    changes: list[CircuitChange] = []
     if probe and state.open_until is not None:
         cooldown = min(2 * (state.cooldown or policy.cooldown), policy.max_cooldown)
         failed = replace(failed, open_until=at + timedelta(seconds=cooldown), cooldown=cooldown)
-        changes.append(Change.REOPENED)
+        changes.append(CircuitChange.REOPENED)
     elif state.open_until is None and failed.consecutive_failures >= policy.failures:
         failed = replace(failed, open_until=at + timedelta(seconds=policy.cooldown), cooldown=policy.cooldown)
-        changes.append(Change.OPENED)
+        changes.append(CircuitChange.OPENED)
     if at - failing_since >= timedelta(seconds=policy.disable_after):
-        changes.append(Change.DISABLED)
+        changes.append(CircuitChange.DISABLED)
     return failed, changes
 
 

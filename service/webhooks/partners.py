@@ -38,11 +38,11 @@ from service.events import EVENT_MODELS
 from service.exceptions import FieldError, InvalidInput
 from service.ids import new_id
 from service.keyring import SEALED, Keyring, UnreadableSecret
-from service.states import DeliveryStatus, PartnerStatus
+from service.states import CircuitChange, DeliveryStatus, PartnerStatus
 from service.text import CODE as TEXT_CODE
 from service.text import line_fault, text_fault
 from service.webhooks.batching import BatchPolicy, batch_errors
-from service.webhooks.breaker import STOPPING, BreakerState, Change, circuit, resumed
+from service.webhooks.breaker import STOPPING, BreakerState, circuit, resumed
 from service.webhooks.notify import notify
 from service.webhooks.signing import SECRET_PREFIX, secret_digest
 from service.webhooks.ssrf import Resolve, UnsafeURL, check_url, system_resolve
@@ -681,7 +681,7 @@ class PartnerEffect(NamedTuple):
     breaker: BreakerState | None = None  # its circuit's new state; None: as it was
     pause: bool = False  # it answered 410 Gone while active
     disable: bool = False  # it has failed without a break for too long, while active
-    changes: tuple[Change, ...] = ()  # what its circuit did, for logs and metrics
+    changes: tuple[CircuitChange, ...] = ()  # what its circuit did, for logs and metrics
 
 
 # Built once (every turn that logs attempts reads it), the ids as one expanding parameter.

@@ -14,17 +14,18 @@ import logging
 from collections.abc import Sequence
 
 from service.metrics import Metrics
-from service.states import AttemptOutcome
-from service.webhooks.breaker import Change
+from service.states import AttemptOutcome, CircuitChange
 from service.webhooks.settle import Settlement
 
 log = logging.getLogger("service.webhooks.worker")
 
 _CHANGE_LINES = {
-    Change.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
-    Change.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
-    Change.CLOSED: "a partner's circuit closed: its held deliveries go out",
-    Change.DISABLED: "a partner was disabled after failing without a break; resume it to deliver again",
+    CircuitChange.OPENED: "a partner's circuit opened: its deliveries are held until a probe succeeds",
+    CircuitChange.REOPENED: "a partner's probe failed: its circuit stays open for a longer cool-down",
+    CircuitChange.CLOSED: "a partner's circuit closed: its held deliveries go out",
+    CircuitChange.DISABLED: (
+        "a partner was disabled after failing without a break; resume it to deliver again"
+    ),
 }
 
 
@@ -35,7 +36,7 @@ class Recorder:
     def committed(
         self,
         records: Sequence[Settlement],
-        changes: Sequence[tuple[str, Change]],
+        changes: Sequence[tuple[str, CircuitChange]],
         superseded: frozenset[str] = frozenset(),
     ) -> None:
         """Measure and log attempts whose rows are committed, and the circuits they moved. An
@@ -74,7 +75,7 @@ class Recorder:
         for partner_id, change in changes:
             if metrics is not None:
                 metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
-            warn = change in (Change.OPENED, Change.DISABLED)
+            warn = change in (CircuitChange.OPENED, CircuitChange.DISABLED)
             log.log(
                 logging.WARNING if warn else logging.INFO,
                 _CHANGE_LINES[change],

@@ -37,8 +37,8 @@ from sqlalchemy import (
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from service.db.tables import UTCDateTime, deliveries, delivery_attempts
-from service.states import STATUS_AFTER, AttemptOutcome, DeliveryStatus, PartnerStatus
-from service.webhooks.breaker import BreakerPolicy, BreakerState, Change, after_attempt
+from service.states import STATUS_AFTER, AttemptOutcome, CircuitChange, DeliveryStatus, PartnerStatus
+from service.webhooks.breaker import BreakerPolicy, BreakerState, after_attempt
 from service.webhooks.claim import Job
 from service.webhooks.partners import PartnerEffect, Standing, lock_standing
 from service.webhooks.retry import RetryPolicy, Verdict
@@ -193,7 +193,7 @@ def _mark_outcome_statement(postgres: bool) -> Any:
 _MARK_OUTCOME = {name: _mark_outcome_statement(name == "postgresql") for name in ("sqlite", "postgresql")}
 
 
-def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, Change]]:
+def changes(effects: Sequence[PartnerEffect]) -> list[tuple[str, CircuitChange]]:
     """Each partner's circuit changes, in order."""
     return [(effect.partner_id, change) for effect in effects for change in effect.changes]
 
@@ -379,9 +379,9 @@ def effects(
                 policy=policy,
             )
             happened += more
-        disable = Change.DISABLED in happened and active and not pause
-        if Change.DISABLED in happened and not disable:
-            happened = [change for change in happened if change is not Change.DISABLED]
+        disable = CircuitChange.DISABLED in happened and active and not pause
+        if CircuitChange.DISABLED in happened and not disable:
+            happened = [change for change in happened if change is not CircuitChange.DISABLED]
         moved = state != before
         if moved or pause or disable:
             found.append(

@@ -89,9 +89,9 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.states import AttemptOutcome
+from service.states import AttemptOutcome, CircuitChange
 from service.webhooks import pacing, partners, retention, roster, settle
-from service.webhooks.breaker import STOPPING, BreakerPolicy, Change
+from service.webhooks.breaker import STOPPING, BreakerPolicy
 from service.webhooks.claim import Job, claim_due, new_claim_token, release
 from service.webhooks.lanes import Lanes
 from service.webhooks.notify import Listener
@@ -768,7 +768,7 @@ class Worker:
                 "attempts could not be logged before their claims expired", extra={"attempts": len(stale)}
             )
 
-    def _hold_back(self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]]) -> None:
+    def _hold_back(self, records: Sequence[Settlement], changes: Sequence[tuple[str, CircuitChange]]) -> None:
         """Hand back the parked jobs of partners these attempts stopped: a circuit opened, a
         partner disabled, or paused by its own 410 (attempts already out are not recalled); the
         others' slots held empty by failures are free again."""
@@ -803,7 +803,10 @@ class Worker:
         )
 
     def _counted(
-        self, records: Sequence[Settlement], changes: Sequence[tuple[str, Change]], superseded: frozenset[str]
+        self,
+        records: Sequence[Settlement],
+        changes: Sequence[tuple[str, CircuitChange]],
+        superseded: frozenset[str],
     ) -> None:
         """Count what was committed, and hand it to the recorder (metrics, log lines)."""
         self.logged += len(records)
