@@ -7,6 +7,8 @@ reached through a TCP proxy in the test that can stop forwarding without closing
 from __future__ import annotations
 
 import asyncio
+import gc
+import logging
 import os
 import resource
 import signal
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg.exceptions
 import httpx
 import pytest
 from sqlalchemy import event, func, select, text
@@ -27,7 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from service.clock import ManualClock
 from service.db import engine as db_engine
 from service.db.engine import create_engine, migrate
-from service.db.faults import unavailable
+from service.db.faults import quiet_orphaned_waiters, unavailable
 from service.settings import Settings
 from service.webhooks import wiring
 from service.webhooks.claim import CLAIM_LOCK
@@ -293,7 +296,7 @@ _END_SESSION = text("SELECT pg_terminate_backend(:pid)")
 
 @pytest.mark.parametrize("use", ["pooled", "request", "held statement", "held copy"])
 def test_a_connection_that_read_the_servers_goodbye_before_its_close_is_replaced_not_failed(
-    scratch_postgres: str, use: str
+    scratch_postgres: str, use: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The server ends a session (a restart, a failover, ``pg_terminate_backend``): its goodbye
     reaches the connection, its close not yet (the proxy holds it), and the driver is out of step.
@@ -301,11 +304,13 @@ def test_a_connection_that_read_the_servers_goodbye_before_its_close_is_replaced
     - In a request's hands: the request fails as the database unavailable (a disconnect, 503),
       not as a bug (500), and the connection is not pooled again.
     - Held by the worker, met by a statement or by the driver's own COPY (the worker's log): it is
-      lost (``ConnectionLost``: the turn runs again at once, with no outage's pause).
+      lost (``ConnectionLost``: the turn runs again at once, with no outage's pause), and the
+      future asyncpg's COPY drops is never an ERROR line (the worker's loop is guarded).
     Either way the next use works, on a new connection."""
     with SilentProxy("127.0.0.1", make_url(scratch_postgres).port or 5432) as proxy:
 
         async def scenario() -> tuple[int, int, str]:
+            quiet_orphaned_waiters(asyncio.get_running_loop())  # as the worker's run does
             through = create_engine(_through(scratch_postgres, proxy), bounded=True)
             direct = create_engine(scratch_postgres)
             held = db_engine.HeldConnection(through)
@@ -360,9 +365,45 @@ def test_a_connection_that_read_the_servers_goodbye_before_its_close_is_replaced
                 await through.dispose()
                 await direct.dispose()
 
-        ended, after, met = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+        with caplog.at_level(logging.DEBUG, logger="service.db.faults"):
+            ended, after, met = asyncio.run(asyncio.wait_for(scenario(), timeout=30))
+            gc.collect()  # whatever the scenario dropped is reported by now
     assert after not in (0, ended)
     assert met == {"pooled": "nothing", "request": "disconnect"}.get(use, "lost")
+    assert not [record.getMessage() for record in caplog.records if record.levelno >= logging.ERROR]
+
+
+def test_only_asyncpgs_dropped_waiters_are_kept_out_of_the_error_lines() -> None:
+    """The guard takes a dropped future failed by asyncpg's lost connection (what its COPY leaves)
+    and nothing else: another error dropped unread, or a task dropped with that same error, still
+    reaches the handler the loop had, and installing the guard twice wraps it once."""
+    seen: list[tuple[str, str]] = []
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, context: seen.append((context["message"], repr(context["exception"]))))
+        quiet_orphaned_waiters(loop)
+        guard = loop.get_exception_handler()
+        quiet_orphaned_waiters(loop)
+        assert loop.get_exception_handler() is guard
+        lost = asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+        for error in (lost, asyncpg.exceptions.InterfaceError("closed"), ValueError("a bug")):
+            loop.create_future().set_exception(error)  # dropped unread at once
+
+        async def fails() -> None:
+            raise lost
+
+        task = loop.create_task(fails())
+        await asyncio.sleep(0)
+        del task
+        gc.collect()
+
+    asyncio.run(scenario())
+    assert seen == [
+        ("Future exception was never retrieved", "InterfaceError('closed')"),
+        ("Future exception was never retrieved", "ValueError('a bug')"),
+        ("Task exception was never retrieved", "ConnectionDoesNotExistError('connection was closed in the middle of operation')"),
+    ]
 
 
 def test_a_listener_on_a_link_gone_silent_listens_again_once_it_heals(scratch_postgres: str) -> None:

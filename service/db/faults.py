@@ -16,10 +16,11 @@ restart (``RestartPreventExitStatus``): restarting would meet the same fault for
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sqlite3
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg.exceptions
 import sqlalchemy.exc
@@ -105,6 +106,45 @@ def out_of_step(error: BaseException) -> bool:
     """
     broken = asyncpg.exceptions.InternalClientError
     return any(isinstance(seen, broken) for seen in _chain(error, context=True))
+
+
+# What asyncio's loop says of a future that failed and was dropped unread.
+_NEVER_RETRIEVED = "Future exception was never retrieved"
+
+
+def quiet_orphaned_waiters(loop: asyncio.AbstractEventLoop) -> None:
+    """Keep the waiters asyncpg leaves behind out of ``loop``'s ERROR lines; nothing else changes.
+
+    asyncpg's COPY (the worker's log of its attempts) makes the future its answer will come to
+    before it asks the protocol to begin, and drops it unread when the protocol refuses: when the
+    connection is ``out_of_step``. That COPY fails as any statement would and the worker turns again
+    on a new connection, with its WARNING; but when the connection then closes, asyncpg fails the
+    dropped future too, and asyncio logs "Future exception was never retrieved" at ERROR, with
+    asyncpg's "connection was closed in the middle of operation" and no word of where: a second
+    alarm, about nothing, each time the server ends the worker's session between two statements.
+
+    Such a report (a plain future, never a task, failed by asyncpg's ``ConnectionDoesNotExistError``)
+    is logged at DEBUG here; every other report goes on to the handler ``loop`` had. Installed once
+    a loop.
+    """
+    previous = loop.get_exception_handler()
+    if getattr(previous, "quiets_orphaned_waiters", False):
+        return
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if (
+            context.get("message") == _NEVER_RETRIEVED
+            and type(context.get("future")) is asyncio.Future
+            and isinstance(context.get("exception"), asyncpg.exceptions.ConnectionDoesNotExistError)
+        ):
+            log.debug("asyncpg dropped the waiter of a statement its lost connection never began")
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handle.quiets_orphaned_waiters = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handle)
 
 
 def rolled_back(error: BaseException) -> bool:

@@ -83,7 +83,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from service import eventloop
 from service.clock import Clock
-from service.db import clockcheck
+from service.db import clockcheck, faults
 from service.db.engine import ConnectionLost, HeldConnection
 from service.db.writer import refused_rows
 from service.keyring import Keyring
@@ -333,6 +333,9 @@ class Worker:
     async def run(self, *, until_idle: bool = False) -> int:
         """Claim, send and log until stopped (or, with ``until_idle``, until idle); attempts logged."""
         logged_before = self._run_logged_from = self.logged
+        # The log's COPY on a connection the server has just ended leaves asyncpg a dropped future,
+        # reported at ERROR when the connection closes: the turn's own WARNING says what happened.
+        faults.quiet_orphaned_waiters(asyncio.get_running_loop())
         self.holder = new_claim_token()
         self._new_lanes()
         self._records, self._expired, self._in_flight = [], [], 0
