@@ -55,6 +55,11 @@ stood on each side: a side that leaves cores idle is waiting, not computing. Fro
 while every core was taken: three processes (worker, receiver, database) sharing two cores wait
 for them, where the plain client and the receiver have one each.
 
+With ``--sender-alone DELIVERIES`` it measures the worker's request path alone: the service's
+``Sender`` (signing, the connection guards, the excerpt and its redaction) sending DELIVERIES
+deliveries with no database and no worker, against the plain client at the like-for-like cases'
+concurrencies, rounds alternating; what the worker costs beyond it is its bookkeeping.
+
 Throughput is noisy on a shared machine, so plain and service alternate for a few rounds and the
 best of each counts; CPU time per message in this process is printed too, a figure other load on
 the machine distorts much less.
@@ -795,6 +800,54 @@ async def run_like_for_like(args: argparse.Namespace, base: str, database_url: s
     return 0 if ok else 1
 
 
+async def sender_rate(base: str, requests: list[tuple[bytes, dict[str, str]]], concurrency: int) -> float:
+    """Seconds for the service's ``Sender`` alone (no database, no worker) to send the deliveries
+    ``requests`` stand for, ``concurrency`` at a time: it signs each body with ``PLAIN_SECRET`` and
+    reads each answer's excerpt, as the worker's senders do."""
+    from service.clock import ManualClock
+    from service.webhooks.send import Sender
+
+    queue = iter(enumerate(requests))
+    async with Sender(timeout=10, allow_private=True, clock=ManualClock(), limit=concurrency) as sender:
+
+        async def send_all() -> None:
+            for index, (body, _) in queue:
+                attempt = await sender.send(
+                    url=f"{base}/hook", event="room.trending", delivery_id=f"dlv_{index}", body=body,
+                    secrets=[PLAIN_SECRET],
+                )  # fmt: skip
+                assert attempt.status_code == 200, attempt
+
+        started = time.perf_counter()
+        await asyncio.gather(*(send_all() for _ in range(concurrency)))
+        return time.perf_counter() - started
+
+
+async def run_sender_alone(args: argparse.Namespace, base: str) -> int:
+    """The ``Sender`` against the plain client at the like-for-like cases' concurrencies, rounds
+    alternating: what the worker's request path costs before any bookkeeping."""
+    count = args.sender_alone
+    requests = plain_requests(count)
+    print(f"the sender alone: {count} deliveries sent by the service's Sender (no database) against a "
+          f"plain aiohttp client posting the same requests, {args.rounds} rounds (plain and sender "
+          "alternate)")  # fmt: skip
+    for case in LIKE_FOR_LIKE:
+        rounds: list[tuple[float, float, float, float]] = []
+        for _ in range(args.rounds):
+            began = time.process_time()
+            plain_rate = count / await plain(base, requests, case.concurrency)
+            between = time.process_time()
+            sender = count / await sender_rate(base, requests, case.concurrency)
+            rounds.append((plain_rate, sender, between - began, time.process_time() - between))
+        paired = statistics.median(sender / plain_rate for plain_rate, sender, _, _ in rounds)
+        plain_us = statistics.median(cpu for _, _, cpu, _ in rounds) / count * 1e6
+        sender_us = statistics.median(cpu for _, _, _, cpu in rounds) / count * 1e6
+        print(f"  at {case.concurrency:3d}: plain {max(r[0] for r in rounds):7.0f}/s, sender "
+              f"{max(r[1] for r in rounds):7.0f}/s: ratio {paired:4.2f} (median of the rounds); CPU "
+              f"{sender_us:.0f} µs a delivery (plain {plain_us:.0f} µs a request)")  # fmt: skip
+    return 0
+
+
 # --- 6. a batching partner against the same partner unbatched ---------------------------------
 
 
@@ -1012,6 +1065,11 @@ def main(argv: list[str] | None = None) -> int:
         "the same concurrency",
     )  # fmt: skip
     parser.add_argument(
+        "--sender-alone", type=int, default=0, metavar="DELIVERIES",
+        help="instead: the service's Sender alone (no database) against the plain client at the "
+        "like-for-like concurrencies",
+    )  # fmt: skip
+    parser.add_argument(
         "--coalition", type=int, default=0, metavar="EVENTS",
         help="instead: a burst of this many events to a healthy partner onboarded while partners "
         "hanging together hold the worker's senders",
@@ -1053,6 +1111,8 @@ def main(argv: list[str] | None = None) -> int:
             return on_loop(args.loop, run_batch(args, base, database_url))
         if args.like_for_like:
             return on_loop(args.loop, run_like_for_like(args, base, database_url))
+        if args.sender_alone:
+            return on_loop(args.loop, run_sender_alone(args, base))
         if args.coalition:
             return on_loop(args.loop, run_coalition(args, base, database_url))
         return on_loop(args.loop, run(args, base, database_url))

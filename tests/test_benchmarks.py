@@ -167,6 +167,29 @@ def test_delivery_benchmark_measures_a_batching_partner_against_unbatched(
     assert lines[-1] in ("PASS", "BELOW TARGET")
 
 
+def test_the_sender_alone_is_measured_against_the_plain_client_at_each_cases_concurrency(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`python -m benchmarks.delivery --sender-alone DELIVERIES` sends every delivery through the
+    service's Sender (each answer a 200: the scenario checks it) and the same requests through the
+    plain client, at each like-for-like concurrency, and prints both rates, the median of the
+    rounds' ratios and both sides' CPU time a message."""
+    from benchmarks import delivery
+
+    delivery.main(["--sender-alone", "120", "--rounds", "2"])
+    _, title, *cases = capsys.readouterr().out.splitlines()
+    assert title.startswith("the sender alone: 120 deliveries")
+    assert [int(line.split(":")[0].removeprefix("  at ")) for line in cases] == [
+        case.concurrency for case in delivery.LIKE_FOR_LIKE
+    ]
+    for line in cases:
+        found = re.search(
+            r"plain +(\d+)/s, sender +(\d+)/s: ratio (\d+\.\d+) .*CPU (\d+) µs a delivery \(plain (\d+) µs", line
+        )
+        assert found is not None, line
+        assert all(float(figure) > 0 for figure in found.groups()), line
+
+
 def test_delivery_benchmark_runs_each_like_for_like_case_against_a_plain_client(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
