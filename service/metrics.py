@@ -210,6 +210,11 @@ class Metrics:
             registry=self.registry,
         )
         self._children: dict[tuple[int, tuple[str, ...]], Counter] = {}
+        # Whether this process delivers (a worker's recorder counts into these metrics): only then
+        # are a partner's attempt, circuit and failure counters shown from 0 (``_from_zero``).
+        self.delivering = False
+        # Each partner's series shown from 0, by partner, and whether those of a worker were.
+        self._zeroed: dict[str, tuple[bool, list[tuple[Counter, tuple[str, ...]]]]] = {}
 
     def inc(self, counter: Counter, *labels: str) -> None:
         """``counter.labels(*labels).inc()`` with each label set's child looked up only once.
@@ -244,32 +249,45 @@ class Metrics:
     def set_partners(self, standings: Sequence[PartnerFigures]) -> None:
         """The partner gauges, from what ``service.webhooks.standing`` read at scrape time.
 
-        Every partner not removed has a series; a removed one drops out.
+        Every partner not removed has a series; a removed one drops out, and so do its counter
+        series that never counted anything.
         """
         for gauge in (self.circuit_open, self.partner_state, self.failed_deliveries, self.partner_info):
             gauge.clear()
+        listed = set()
         for standing in standings:
             partner = standing.partner_id
+            listed.add(partner)
             self.circuit_open.labels(partner).set(1 if standing.circuit_open else 0)
             for state in PARTNER_STATES:
                 self.partner_state.labels(partner, state).set(1 if standing.status == state else 0)
             self.failed_deliveries.labels(partner).set(standing.failed)
             self.partner_info.labels(partner).info({"name": name_label(standing.name)})
-            self._from_zero(partner)
+            worker_shown, _ = self._zeroed.get(partner, (None, []))
+            if worker_shown is None or (self.delivering and not worker_shown):  # new, or a worker since
+                self._zeroed[partner] = (self.delivering, self._from_zero(partner))
+        for partner in self._zeroed.keys() - listed:
+            for counter, labels in self._zeroed.pop(partner)[1]:
+                if (id(counter), labels) not in self._children:  # never counted in: nothing to keep
+                    counter.remove(*labels)
 
-    def _from_zero(self, partner: str) -> None:
-        """Show each of ``partner``'s counter series from 0, before anything is counted in it.
+    def _from_zero(self, partner: str) -> list[tuple[Counter, tuple[str, ...]]]:
+        """Show ``partner``'s counter series from 0, before anything is counted in them; the series
+        made. Its 410s in every process, as the alert on them reads every target; its attempts,
+        circuit changes and failed deliveries where a worker counts them (``delivering``).
 
         A series first scraped above 0 has no sample before its first increment, so ``increase()``
         and ``rate()`` miss that increment: for events as rare as a partner's circuit opening, its
-        deliveries failing or its 410, the one that matters. Children are made once a process.
+        deliveries failing or its 410, the one that matters.
         """
-        for outcome in AttemptOutcome:
-            self.delivery_attempts.labels(partner, outcome)
-        for change in CircuitChange:
-            self.circuit_changes.labels(partner, change)
-        self.deliveries_failed.labels(partner)
-        self.partner_paused.labels(partner)
+        made: list[tuple[Counter, tuple[str, ...]]] = [(self.partner_paused, (partner,))]
+        if self.delivering:
+            made += [(self.delivery_attempts, (partner, outcome)) for outcome in AttemptOutcome]
+            made += [(self.circuit_changes, (partner, change)) for change in CircuitChange]
+            made.append((self.deliveries_failed, (partner,)))
+        for counter, labels in made:
+            counter.labels(*labels)
+        return made
 
     def set_workers(self, live: int, silent: int) -> None:
         """The roster gauges, from what ``service.webhooks.roster`` read at scrape time."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text as sql
 from sqlalchemy import update
@@ -27,7 +28,9 @@ from service.db.tables import partners
 from service.events import parse_event
 from service.metrics import NAME_LABEL_MAX, Metrics, name_label
 from service.settings import Settings
+from service.states import AttemptOutcome, PartnerStatus
 from service.webhooks import outbox, wiring, worker_http
+from service.webhooks.recorder import Recorder
 from service.webhooks.standing import FAILED_COUNT
 from tests.tools import require_tool
 
@@ -130,8 +133,8 @@ def test_partner_gauges_are_read_from_the_database(make_client: Any, database_ur
         role = {partner_id: name for name, partner_id in ids.items()}
         with make_client(database_url=database_url, **settings()) as fresh:  # a new process, counters at zero
             again = scrape(fresh)
-            # Counters are this process's own: every partner's starts again at 0.
-            assert by_partner(again, "service_webhook_deliveries_failed_total") == dict.fromkeys(role, 0.0)
+            # Counters are this process's own, which has delivered nothing: it shows none.
+            assert samples(again, "service_webhook_deliveries_failed_total") == {}
             for text in (first, again):
                 assert {role[p]: v for p, v in by_partner(text, "service_webhook_circuit_open").items()} == {
                     "calm": 0, "down": 1, "gone": 0, "held": 0, "off": 0, "evil": 0,
@@ -199,13 +202,14 @@ def test_a_partner_pausing_itself_with_410_is_a_warning_and_a_counter(
 def test_every_partner_counter_is_scraped_from_zero_before_it_first_counts(
     make_client: Any, database_url: str
 ) -> None:
-    """A partner's attempts (each outcome), circuit changes (each change), failed deliveries and
-    410s are all 0 at the first scrape that knows the partner: a series first seen above 0 would
-    hide its first increment from increase(), and a circuit's first opening is the one that
-    matters. The next scrape counts from there."""
+    """In a process that delivers, a partner's attempts (each outcome), circuit changes (each
+    change), failed deliveries and 410s are all 0 at the first scrape that knows the partner: a
+    series first seen above 0 would hide its first increment from increase(), and a circuit's
+    first opening is the one that matters. The next scrape counts from there."""
     outcomes = {"delivered", "retry", "failed", "paused"}
     changes = {"opened", "reopened", "closed", "disabled"}
     with Receiver() as receiver, make_client(database_url=database_url, **settings()) as client:
+        assert drain(client) == 0  # a worker on the app's metrics, as serve starts one
         partner = onboard(client, receiver.url())["id"]
         before = scrape(client)
         publish(client, room_claimed())
@@ -224,6 +228,39 @@ def test_every_partner_counter_is_scraped_from_zero_before_it_first_counts(
     assert counted(before, circuit, "change") == dict.fromkeys(changes, 0.0) == counted(after, circuit, "change")
     for name in ("service_webhook_deliveries_failed_total", "service_webhook_partner_paused_total"):
         assert by_partner(before, name) == {partner: 0.0} == by_partner(after, name)
+
+
+def test_a_removed_partners_counters_drop_out_unless_they_counted() -> None:
+    """A process that has not delivered shows a partner's 410s from 0 and none of its delivery
+    counters; once a worker counts into it, the next scrape shows those from 0 too. A partner no
+    longer listed (removed) loses the series that never counted, and keeps those that did."""
+    metrics = Metrics()
+
+    class Standing:
+        def __init__(self, partner_id: str) -> None:
+            self.partner_id, self.name, self.status, self.circuit_open, self.failed = (
+                partner_id, partner_id, PartnerStatus.ACTIVE, False, 0,
+            )  # fmt: skip
+
+    def shown(name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        return samples(generate_latest(metrics.registry).decode(), name)
+
+    metrics.set_partners([Standing("ptn_a"), Standing("ptn_b")])
+    assert set(shown("service_webhook_partner_paused_total")) == {(("partner", "ptn_a"),), (("partner", "ptn_b"),)}
+    assert shown("service_webhook_attempts_total") == {}
+    Recorder(metrics)  # a worker's
+    metrics.set_partners([Standing("ptn_a"), Standing("ptn_b")])
+    assert len(shown("service_webhook_attempts_total")) == 8 and len(shown("service_webhook_circuit_changes_total")) == 8
+    metrics.inc(metrics.delivery_attempts, "ptn_b", AttemptOutcome.DELIVERED)
+    metrics.set_partners([Standing("ptn_a")])  # ptn_b removed
+    assert shown("service_webhook_attempts_total") == {
+        **{(("outcome", outcome), ("partner", "ptn_a")): 0.0 for outcome in AttemptOutcome},
+        (("outcome", "delivered"), ("partner", "ptn_b")): 1.0,
+    }
+    assert {dict(labels)["partner"] for labels in shown("service_webhook_circuit_changes_total")} == {"ptn_a"}
+    assert by_partner(generate_latest(metrics.registry).decode(), "service_webhook_partner_paused_total") == {
+        "ptn_a": 0.0
+    }
 
 
 def test_deliveries_held_by_an_open_circuit_say_so(

@@ -212,7 +212,8 @@ def test_the_standalone_worker_delivers_serves_its_port_and_stops_on_sigterm(
             assert status == 200
             assert f'service_webhook_deliveries_waiting{{partner="{partner["id"]}"}}'.encode() in text
             # The attempt is counted once its row is committed, a moment after the receiver has it.
-            assert _scraped(f"{base}/metrics", b"service_webhook_attempts_total{", timeout=10)
+            delivered = f'service_webhook_attempts_total{{outcome="delivered",partner="{partner["id"]}"}} 1.0'
+            assert _scraped(f"{base}/metrics", delivered.encode(), timeout=10)
             # It wrote its row in the roster as it started: the workers command lists it, live.
             code, listed, _ = run(capsys, "workers")
             assert code == 0

@@ -927,6 +927,9 @@ def test_postgres_reads_a_claims_jobs_counting_live_claims_once(fresh_postgres: 
         engine = create_engine(fresh_postgres)
         await seed_outbox(engine, clock, [("many", "https://many.example/hook", 100)], 30, fixed_keyring())
         async with engine.begin() as conn:
+            # Settled deliveries beside them, as any worker's table has: reading it whole shows.
+            await conn.execute(_BULK_EVENTS)
+            await conn.execute(_BULK_DELIVERIES)
             await conn.execute(text("ANALYZE deliveries"))  # as autovacuum would, before the claim
         token = claim_module.new_claim_token()
         async with engine.begin() as conn:

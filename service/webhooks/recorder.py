@@ -32,6 +32,8 @@ _CHANGE_LINES = {
 class Recorder:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
+        if metrics is not None:
+            metrics.delivering = True  # its partners' delivery counters show from 0 (Metrics.set_partners)
 
     def committed(
         self,
@@ -74,7 +76,7 @@ class Recorder:
         self._paused_themselves(records)
         for partner_id, change in changes:
             if metrics is not None:
-                metrics.circuit_changes.labels(partner=partner_id, change=change).inc()
+                metrics.inc(metrics.circuit_changes, partner_id, change)
             warn = change in (CircuitChange.OPENED, CircuitChange.DISABLED)
             log.log(
                 logging.WARNING if warn else logging.INFO,
