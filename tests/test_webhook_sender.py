@@ -386,6 +386,12 @@ RETIRED_SLASHED = "SC2Wc8/uXeOR+X/eTRyE+fjW8s8HhPz/uVi0Ay3nI2w="  # retired too,
         (f"x&#43;{spelled(RETIRED_SLASHED, HTML_HEX)}", f"x&#43;{spelled(RETIRED_SLASHED, HTML_HEX)}"),
         # No escape's lead: matched as written, the rest untouched.
         (f'{{"got":"{SIGNATURE}","old":"{RETIRED_SLASHED}"}}', f'{{"got":"{SIGNATURE}","old":"[secret]"}}'),
+        # Without its padding (an encoder that strips it), as is or escaped; a signature so, kept.
+        (f"expected {RETIRED.rstrip('=')}", "expected [secret]"),
+        (f"expected {RETIRED.rstrip('=')}.", "expected [secret]."),
+        (f"?key={spelled(RETIRED_SLASHED.rstrip('='), PERCENT)}&x=1", "?key=[secret]&x=1"),
+        (f"got {SIGNATURE.rstrip('=')}", f"got {SIGNATURE.rstrip('=')}"),
+        (f"run {RETIRED.rstrip('=')}A", f"run {RETIRED.rstrip('=')}A"),  # 44 key characters: no key
     ],
 )
 def test_a_retired_secret_echoed_without_its_prefix_is_known_by_its_digest(text: str, kept: str) -> None:

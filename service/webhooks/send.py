@@ -466,10 +466,10 @@ REDACTED = "[secret]"
 SPELLED_APART = "[secret] (the answer spells a secret apart; its excerpt is not kept)"
 # Any secret in the form the service issues (``whsec_`` and the standard base64 of 32 bytes; its
 # last "=" only pads), whoever it belongs to, and the bare key alone (44 characters of base64, as
-# a signature is).
+# a signature is, or its 43 without the padding, as an encoder that strips it writes it).
 _ISSUED_SECRET = re.compile(re.escape(SECRET_PREFIX) + r"[A-Za-z0-9+/]{43}(?:=|(?![A-Za-z0-9+/]))")
-_BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}=")
-_KEY_CHARS = 44
+_BARE_KEY = re.compile(r"(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{43}(?:=|(?![A-Za-z0-9+/]))")
+_KEY_CHARS = 43  # a bare key without its padding
 # The end of an answer cut short, where it may be the start of a key: after ``whsec_``, or a run of
 # key characters long enough to matter and no longer than a key (11 give away 66 of its 256 bits).
 _CUT_KEY = re.compile(
@@ -530,17 +530,19 @@ def without_secrets(text: str, secrets: Sequence[str], digests: Collection[str] 
     (an error page quoting the key it expected, its verifier still holding an old one) must not
     have it kept in the attempt log, where listings and the console show it. Other 44-character
     base64 values, such as signatures, are kept: they are what a partner's error page explains.
-    Then, in a text that may hold escapes, the same secrets escaped (``_without_escaped_secrets``)."""
+    In a text that may hold escapes, the same secrets escaped too (``_without_escaped_secrets``)."""
     for secret in secrets:
         text = redacted(text, secret)
     if SECRET_PREFIX in text:
         text = _ISSUED_SECRET.sub(REDACTED, text)
-    if digests and len(text) >= _KEY_CHARS:
-        text = _BARE_KEY.sub(lambda found: REDACTED if _digest_of(found[0]) in digests else found[0], text)
     # What every escape begins with (``_ESCAPES``). Every attempt's excerpt comes here: on 200
     # characters, these three ``in``s took 60 ns, a search for the three 900 ns.
     if "\\" in text or "%" in text or "&" in text:
         text = _without_escaped_secrets(text, secrets, digests)
+    # After the escaped spellings, which take a retired key's escaped padding with it (a key
+    # written without its padding is found here too, and would leave that padding behind).
+    if digests and len(text) >= _KEY_CHARS:
+        text = _BARE_KEY.sub(lambda found: REDACTED if _digest_of(found[0]) in digests else found[0], text)
     return text
 
 
@@ -562,14 +564,20 @@ def _without_escaped_secrets(text: str, secrets: Sequence[str], digests: Collect
     if SECRET_PREFIX in text:
         text = _SPELLED_ISSUED_SECRET.sub(REDACTED, text)
     if digests and len(once) >= _KEY_CHARS:
-        for key in {found[0] for view in views for found in _BARE_KEY.finditer(view)}:
+        for key in {_padded(found[0]) for view in views for found in _BARE_KEY.finditer(view)}:
             if _digest_of(key) in digests:
                 text = _spelled(key).sub(REDACTED, text)
     return text
 
 
+def _padded(key: str) -> str:
+    """A bare key with its padding, whether written with it or without (its 43 characters say it
+    all; ``_spelled`` then finds it either way)."""
+    return key if key.endswith("=") else key + "="
+
+
 def _digest_of(key: str) -> str:
-    return secret_digest(SECRET_PREFIX + key)
+    return secret_digest(SECRET_PREFIX + _padded(key))
 
 
 def _unescaped(text: str, *, twice: bool = False) -> str:
