@@ -266,6 +266,7 @@ def spelled(value: str, spellings: dict[str, str], times: int = -1) -> str:
         (f"theirs: {spelled(FOREIGN, HTML_HEX)}", [SECRET], "theirs: [secret]"),
         (f"theirs: {spelled(FOREIGN, PERCENT_TWICE)}", [SECRET], "theirs: [secret]"),
         (f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B", [SECRET], f"{spelled(FOREIGN[:-1], DOTNET)}\\u002B"),  # the form only
+        (f"theirs: {spelled(FOREIGN[:-1], PERCENT)};", [SECRET], "theirs: [secret];"),  # without its padding
     ],
 )
 async def test_a_partner_echoing_its_own_secret_never_has_it_kept(answer: str, secrets: list[str], kept: str) -> None:
