@@ -26,7 +26,7 @@ from service.db.engine import MIGRATE_LOCK_SUFFIX, create_engine, migrate
 from service.db.tables import metadata
 from service.settings import Settings
 from tests.processes import free_port
-from tests.scratch import admin_execute, redis_keys
+from tests.scratch import admin_execute, migrated_database, redis_keys
 from tests.webhook_helpers import TEST_SECRETS_KEY
 
 POSTGRES_URL = os.environ.get("SERVICE_TEST_POSTGRES_URL")
@@ -71,14 +71,8 @@ def postgres_database() -> Iterator[str]:
     """A database of this run's own on the machine's PostgreSQL, dropped afterwards."""
     if not POSTGRES_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-    name = f"service_test_{RUN_ID}"
-    _run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        migrate(url)
+    with migrated_database(POSTGRES_URL, f"service_test_{RUN_ID}") as url:
         yield url
-    finally:
-        _run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
 
 
 @pytest.fixture(scope="session")
@@ -88,16 +82,10 @@ def postgres_template() -> Iterator[str]:
     their copies': a plan test's statistics are those it gathers itself."""
     if not POSTGRES_URL:
         pytest.skip("SERVICE_TEST_POSTGRES_URL is not set: no PostgreSQL to test against")
-    name = f"service_test_{RUN_ID}_template"
-    _run(admin_execute(POSTGRES_URL, f'CREATE DATABASE "{name}"'))
-    try:
-        url = make_url(POSTGRES_URL).set(database=name).render_as_string(hide_password=False)
-        migrate(url)
+    with migrated_database(POSTGRES_URL, f"service_test_{RUN_ID}_template") as url:
         for table in metadata.sorted_tables:
             _run(admin_execute(url, f'ALTER TABLE "{table.name}" SET (autovacuum_enabled = off)'))
-        yield name
-    finally:
-        _run(admin_execute(POSTGRES_URL, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        yield make_url(url).database or ""
 
 
 @pytest.fixture
