@@ -848,6 +848,48 @@ async def run_sender_alone(args: argparse.Namespace, base: str) -> int:
     return 0
 
 
+# --- 7. a partner answering slowly: claims ahead that outlast their lease ---------------------
+
+SLOW_TIMEOUT = 2.0  # the webhook timeout there: a lease of 9 s, 6 s for a claimed job to start in
+
+
+async def run_slow_partner(args: argparse.Namespace, base: str, database_url: str) -> int:
+    """One partner at the default cap answering each POST ``--slow-partner`` ms after it comes,
+    with a backlog of ``--slow-events``: its rate against what its cap allows (the cap over the
+    latency), and how many deliveries the worker claimed and handed back unsent to deliver them.
+    The webhook timeout is 2 s (a lease of 9 s), so claims that outlast their lease show in a
+    short drain. The target: nothing handed back."""
+    from service.db import tables
+    from service.settings import Settings
+
+    latency, events = args.slow_partner, args.slow_events
+    engine, settings = await setup(database_url, base)
+    assert isinstance(settings, Settings)
+    settings = settings.model_copy(update={"webhook_timeout": SLOW_TIMEOUT})
+    try:
+        async with engine.begin() as conn:  # type: ignore[attr-defined]
+            slow = tables.partners.update().values(max_in_flight=None, url=f"{base}/slow/{latency}")
+            await conn.execute(slow)
+        await backlog(engine, events, prefix="slow")
+        worker = _worker(engine, settings)
+        started = time.perf_counter()
+        async with worker:
+            logged = await worker.drain()
+        elapsed = time.perf_counter() - started
+    finally:
+        await engine.dispose()  # type: ignore[attr-defined]
+    assert logged == events, (logged, events)
+    cap = settings.webhook_max_in_flight
+    backend = "PostgreSQL" if database_url.startswith("postgres") else "SQLite"
+    print(f"a partner answering in {latency} ms at the default cap {cap}, a backlog of {events}, {backend}, "
+          f"webhook timeout {SLOW_TIMEOUT:g} s: {events / elapsed:.1f}/s (its cap allows "
+          f"{cap * 1000 / latency:.1f}/s); {worker.claimed} deliveries claimed, {worker.handed_back} "
+          "handed back unsent")  # fmt: skip
+    ok = worker.handed_back == 0
+    print("PASS" if ok else "ABOVE TARGET")
+    return 0 if ok else 1
+
+
 # --- 6. a batching partner against the same partner unbatched ---------------------------------
 
 
@@ -1091,6 +1133,12 @@ def main(argv: list[str] | None = None) -> int:
         help="each round also runs the ten partners paused: the larger table without the hanging",
     )  # fmt: skip
     parser.add_argument(
+        "--slow-partner", type=int, default=0, metavar="MS",
+        help="instead: a partner answering each POST after MS milliseconds drains a backlog; what "
+        "the worker claimed and handed back unsent",
+    )  # fmt: skip
+    parser.add_argument("--slow-events", type=int, default=600, help="the slow partner's backlog")
+    parser.add_argument(
         "--depth", type=int, default=None, help="the worker's claim depth (default: the worker's own)"
     )
     parser.add_argument(
@@ -1115,6 +1163,8 @@ def main(argv: list[str] | None = None) -> int:
             return on_loop(args.loop, run_sender_alone(args, base))
         if args.coalition:
             return on_loop(args.loop, run_coalition(args, base, database_url))
+        if args.slow_partner:
+            return on_loop(args.loop, run_slow_partner(args, base, database_url))
         return on_loop(args.loop, run(args, base, database_url))
 
 

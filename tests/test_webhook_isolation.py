@@ -148,7 +148,7 @@ async def _claim_ahead(
     *,
     depth: int,
     lease: timedelta,
-    deep: set[str] | None = None,
+    deep: set[str] | dict[str, int] | None = None,
     limit: int = 100,
 ) -> list[Job]:
     """One claim of up to ``limit`` by ``holder``, ``depth`` times the slots for ``deep`` (None: all)."""
@@ -228,6 +228,33 @@ def test_claims_ahead_only_for_the_partners_named_deep(database_url: str, clock:
         return seen
 
     assert asyncio.run(scenario()) == [{"fast": 6, "slow": 2}, {"fast": 2, "slow": 2}, {"fast": 6, "slow": 6}]
+
+
+def test_each_partner_named_deep_may_have_a_depth_of_its_own(database_url: str, clock: Any) -> None:
+    """A claim given each deep partner's depth holds each to its own: a partner whose attempts take
+    long is claimed fewer times its slots than one answering at once; one named with depth 1, and
+    one not named, get their slots only."""
+
+    async def scenario() -> dict[str, int]:
+        engine = create_engine(database_url)
+        names = ("quick", "slow", "one", "unnamed")
+        await seed_outbox(engine, clock, [(name, f"https://{name}.example/hook", 2) for name in names], 20,
+                          fixed_keyring())  # fmt: skip
+        async with engine.begin() as conn:
+            ids = {row.name: row.id for row in await conn.execute(select(partners.partners))}
+        deep = {ids["quick"]: 4, ids["slow"]: 2, ids["one"]: 1}
+        jobs = await _claim_ahead(engine, clock, "a", depth=64, lease=timedelta(seconds=30), deep=deep)
+        await engine.dispose()
+        by_id = {partner_id: name for name, partner_id in ids.items()}
+        return {name: sum(by_id[job.partner_id] == name for job in jobs) for name in names}
+
+    assert asyncio.run(scenario()) == {"quick": 8, "slow": 4, "one": 2, "unnamed": 2}
+
+
+@pytest.mark.parametrize("deep", [{"p": 0}, {"p": 2, "q": -1}])
+def test_a_depth_below_one_is_refused(deep: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        claim_module._depths(deep, 4)
 
 
 @pytest.mark.parametrize(
@@ -319,16 +346,16 @@ DELIVERED, RETRY = AttemptOutcome.DELIVERED, AttemptOutcome.RETRY
 @pytest.mark.parametrize(
     ("finished", "delivered_last", "deep"),
     [
-        ([], set(), set()),  # nothing delivered, now or last turn: slots only
-        ([("a", DELIVERED)], set(), {"a"}),  # delivered now
-        ([], {"a"}, {"a"}),  # the turn right after a claim logs nothing: the depth holds
-        ([("b", DELIVERED)], {"a"}, {"a", "b"}),  # a's attempts are still out
-        ([("a", RETRY)], {"a"}, set()),  # a failure ends it at once
-        ([("a", DELIVERED), ("a", RETRY)], {"a"}, {"a"}),  # delivered this turn, as now
+        ([], {}, {}),  # nothing delivered, now or last turn: slots only
+        ([("a", DELIVERED)], {}, {"a": 0.005}),  # delivered now, as fast as it did
+        ([], {"a": 0.3}, {"a": 0.3}),  # the turn right after a claim logs nothing: the depth holds
+        ([("b", DELIVERED)], {"a": 0.3}, {"a": 0.3, "b": 0.005}),  # a's attempts are still out
+        ([("a", RETRY)], {"a": 0.3}, {}),  # a failure ends it at once
+        ([("a", DELIVERED), ("a", RETRY)], {"a": 0.3}, {"a": 0.005}),  # delivered this turn, as now
     ],
 )
 def test_a_partner_keeps_its_depth_one_turn_past_its_last_delivery_unless_it_failed(
-    finished: list[tuple[str, AttemptOutcome]], delivered_last: set[str], deep: set[str]
+    finished: list[tuple[str, AttemptOutcome]], delivered_last: dict[str, float], deep: dict[str, float]
 ) -> None:
     records = [_finished(partner, outcome) for partner, outcome in finished]
     assert worker_module._deep(records, delivered_last) == deep
@@ -827,7 +854,8 @@ def _claim_values(clock: Any, **values: Any) -> dict[str, Any]:
     now = clock().astimezone(UTC).replace(tzinfo=None)
     return {
         "b_now": now, "b_limit": 10, "b_token": "t", "b_until": now + timedelta(seconds=30), "b_cap": 8,
-        "b_holder": "h", "b_depth": 1, "b_all_deep": True, "b_deep": [], "b_each": 10, **values,
+        "b_holder": "h", "b_depth": 1, "b_all_deep": True, "b_deep": [], "b_depths": [], "b_each": 10,
+        **values,
     }  # fmt: skip
 
 
@@ -908,7 +936,9 @@ def test_postgres_claim_reads_each_deep_partner_its_share(fresh_postgres: str, c
         async with engine.begin() as conn:
             ids = [row.id for row in await conn.execute(select(partners.partners.c.id))]
         each = claim_module._share(12, ids)
-        values = _claim_values(clock, b_limit=12, b_each=each, b_all_deep=False, b_deep=ids, b_depth=4)
+        values = _claim_values(
+            clock, b_limit=12, b_each=each, b_all_deep=False, b_deep=ids, b_depths=[4] * len(ids)
+        )
         plan = await _explained(engine, claim_module._CLAIM["postgresql"], values)
         await engine.dispose()
         return _rows_read(plan, "ix_deliveries_partner_claimable", "due")

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -196,22 +196,33 @@ def _compile_cross_join(element: _CrossJoin, compiler: Any, **kw: Any) -> str:
     return f"{head} CROSS JOIN {right} ON {tail}"
 
 
-def _deep(postgres: bool) -> Any:
-    """Whether the partner may be claimed ahead: every partner (``b_all_deep``), or those named in
-    ``b_deep``, bound as one value so the statement keeps one shape (an array on PostgreSQL, a
-    JSON array on SQLite)."""
+def _depth(postgres: bool) -> Any:
+    """How many times its slots the partner may hold: ``b_depth`` for every partner when
+    ``b_all_deep``, else the depth ``b_deep`` gives it, or 1 (its slots only) when it is not named.
+    Bound as one value each, so the statement keeps one shape: on PostgreSQL the ids and their
+    depths as two arrays (``b_deep``, ``b_depths``), on SQLite one JSON object of id to depth."""
     if postgres:
-        named = partners.c.id == any_(bindparam("b_deep", type_=ARRAY(String())))
-    else:
-        named = partners.c.id.in_(
-            select(literal_column("value")).select_from(func.json_each(bindparam("b_deep", type_=String())))
+        pairs = func.unnest(
+            bindparam("b_deep", type_=ARRAY(String())), bindparam("b_depths", type_=ARRAY(Integer()))
         )
-    return or_(bindparam("b_all_deep", type_=Boolean()), named)
+        named_depths = pairs.table_valued("id", "depth").render_derived()
+        named = select(named_depths.c.depth).where(named_depths.c.id == partners.c.id).scalar_subquery()
+    else:
+        named = (
+            select(literal_column("value"))
+            .select_from(func.json_each(bindparam("b_deep", type_=String())))
+            .where(literal_column("key") == partners.c.id)
+            .scalar_subquery()
+        )
+    every = bindparam("b_depth", type_=Integer())
+    return case((bindparam("b_all_deep", type_=Boolean()), every), else_=func.coalesce(named, 1))
 
 
-def _named(dialect: str, partner_ids: Collection[str]) -> Any:
-    """Partner ids as ``_deep`` binds them on ``dialect``."""
-    return list(partner_ids) if dialect == "postgresql" else json.dumps(list(partner_ids))
+def _named(dialect: str, depths: Mapping[str, int]) -> dict[str, Any]:
+    """Partners' depths as ``_depth`` binds them on ``dialect``."""
+    if dialect == "postgresql":
+        return {"b_deep": list(depths), "b_depths": list(depths.values())}
+    return {"b_deep": json.dumps(depths)}
 
 
 def _claim_statement(postgres: bool) -> Any:
@@ -234,7 +245,7 @@ def _claim_statement(postgres: bool) -> Any:
     slots = _slots(claimed)
     # Rows this claim may add: a closed circuit's slots times the depth (never more than MAX_AHEAD
     # beyond the slots), a probe's one slot; less what the holder already has.
-    depth = case((_deep(postgres), bindparam("b_depth", type_=Integer())), else_=1)
+    depth = _depth(postgres)
     ahead = slots * (depth - 1)
     ahead = case((ahead > MAX_AHEAD, MAX_AHEAD), else_=ahead)
     held = slots + case((partners.c.circuit_open_until.is_(None), ahead), else_=0)
@@ -422,6 +433,14 @@ async def _claimed_secrets(
     return {partner_id: tuple(secrets) for partner_id, secrets in found.items()}
 
 
+def _depths(deep: Mapping[str, int] | Collection[str] | None, depth: int) -> dict[str, int]:
+    """Each partner named deep with its depth: its own, or ``depth``."""
+    depths = dict(deep) if isinstance(deep, Mapping) else dict.fromkeys(deep or (), depth)
+    if min((depth, *depths.values())) < 1:
+        raise ValueError("depth must be at least 1")
+    return depths
+
+
 def _share(limit: int, deep: Collection[str] | None, cap: int | None = None) -> int:
     """How many due rows the claim reads of each partner in its first pass (``b_each``).
 
@@ -455,14 +474,15 @@ async def claim_due(
     token: str | None = None,
     holder: str | None = None,
     depth: int = 1,
-    deep: Collection[str] | None = None,
+    deep: Mapping[str, int] | Collection[str] | None = None,
     max_slots: int | None = None,
     clock: Clock | None = None,
 ) -> list[Job]:
     """Claim up to ``limit`` due deliveries for ``lease``: partners in turn, each within its cap,
     for ``holder`` (a worker run; one of its own when not given), up to ``depth`` times each
-    partner's slots for the partners in ``deep`` (every partner when None), up to its slots for
-    the others; a partner's slots are never more than ``max_slots`` (no bound when None).
+    partner's slots for the partners in ``deep`` (every partner when None), or as many times as
+    ``deep`` maps it to, up to its slots for the others; a partner's slots are never more than
+    ``max_slots`` (no bound when None).
 
     Due: pending with ``next_attempt_at`` passed, or delivering with its lease run out (its
     worker died; it goes out again under the same attempt number, as no attempt was logged).
@@ -472,8 +492,7 @@ async def claim_due(
     from then, not from ``now``, so the wait does not eat into the lease. Every job of one claim
     has the same ``claimed_until``.
     """
-    if depth < 1:
-        raise ValueError("depth must be at least 1")
+    depths = _depths(deep, depth)
     token = token or new_claim_token()
     if conn.dialect.name == "postgresql":
         await locks.take(conn, CLAIM_LOCK)
@@ -491,7 +510,7 @@ async def claim_due(
         "b_holder": holder or token,
         "b_depth": depth,
         "b_all_deep": deep is None,
-        "b_deep": _named(conn.dialect.name, deep or ()),
+        **_named(conn.dialect.name, depths),
     }
     claim = _CLAIM[conn.dialect.name]
     each = _share(limit, deep, default_cap)

@@ -74,7 +74,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -157,6 +157,14 @@ WAITING = 512
 # 16 about 30 % faster on both databases, and 64 against 32 another 6 % (docs/architecture.md
 # "Slots", benchmarks/delivery.py).
 DEPTH = 64
+# ...and fewer times for a partner whose attempts take long, so that what it holds beyond its slots
+# goes out within this share of the time a claimed job has to start in (its lease less one attempt
+# and a second): depth counts in seconds, not deliveries (``depth_within``). At DEPTH, a partner
+# at the default cap answering in 300 ms held 504 deliveries beyond its slots, 19 s of its
+# attempts, where a job has 14 s to start in under the default timeout; every claim's tail was
+# handed back unsent and claimed again (benchmarks/delivery.py --slow-partner: 600 deliveries took
+# 1,336 claims). Half, so that a partner that slows down somewhat still sends what it holds.
+AHEAD_SHARE = 0.5
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
 PRUNE_EVERY = timedelta(hours=1)
@@ -164,14 +172,20 @@ PRUNE_EVERY = timedelta(hours=1)
 CONTENTION_LINES = timedelta(hours=1)
 
 
-def _delivering(records: Sequence[Settlement]) -> set[str]:
-    """The partners these attempts delivered to."""
-    return {record.job.partner_id for record in records if record.outcome is AttemptOutcome.DELIVERED}
+def _delivering(records: Sequence[Settlement]) -> dict[str, float]:
+    """The partners these attempts delivered to, each with the seconds its delivered attempts took
+    on average."""
+    spent: dict[str, list[int]] = {}
+    for record in records:
+        if record.outcome is AttemptOutcome.DELIVERED:
+            spent.setdefault(record.job.partner_id, []).append(record.duration_ms)
+    return {partner_id: sum(taken) / len(taken) / 1000 for partner_id, taken in spent.items()}
 
 
-def _deep(records: Sequence[Settlement], delivered_last: set[str]) -> set[str]:
-    """The partners a claim may fill ahead (``DEPTH``): those these attempts delivered to, and
-    those the last turn's did that none of these failed for.
+def _deep(records: Sequence[Settlement], delivered_last: Mapping[str, float]) -> dict[str, float]:
+    """The partners a claim may fill ahead (``DEPTH``), each with the seconds its attempts take:
+    those these attempts delivered to (as they took), and those the last turn's did (as they took
+    then) that none of these failed for.
 
     Under a backlog a turn that claimed is followed at once by one with little or nothing to log
     (the claimed jobs have only just gone out). Filling ahead only for the partners it logs, that
@@ -179,7 +193,18 @@ def _deep(records: Sequence[Settlement], delivered_last: set[str]) -> set[str]:
     attempts to finish, and the senders would idle through every other turn. A partner that
     stops answering keeps its depth for one turn at most."""
     failed = {record.job.partner_id for record in records if record.outcome is not AttemptOutcome.DELIVERED}
-    return _delivering(records) | (delivered_last - failed)
+    kept = {partner_id: seconds for partner_id, seconds in delivered_last.items() if partner_id not in failed}
+    return kept | _delivering(records)
+
+
+def depth_within(seconds: float, horizon: float, most: int = DEPTH) -> int:
+    """How many times its slots a partner whose attempts take ``seconds`` each may be claimed, so
+    that what it holds beyond its slots goes out within ``horizon`` seconds: at least 1 (its slots
+    only), at most ``most``. Each slot sends one attempt after another, so ``depth - 1`` attempts a
+    slot take ``(depth - 1) * seconds``."""
+    if seconds <= 0:  # faster than the log's milliseconds can tell
+        return most
+    return max(1, min(most, 1 + int(horizon / seconds)))
 
 
 def lease_for(settings: Settings) -> timedelta:
@@ -240,6 +265,10 @@ class Worker:
         self.sender = sender
         self.listener = Listener(engine, self.wake)
         self.logged = 0  # attempts logged by this worker, for benchmarks and drills
+        # Deliveries it claimed, and those it handed back unsent (a lease too near its end, a
+        # partner changed or stopped, the worker stopping), for benchmarks and drills likewise.
+        self.claimed = 0
+        self.handed_back = 0
         self._run_logged_from = 0  # self.logged when this run started (the roster's count)
         self.retention = timedelta(days=settings.retention_days)
         self.next_prune: datetime | None = None  # by the clock; set when run() starts
@@ -275,7 +304,8 @@ class Worker:
         self._drained = False  # the last claim took all there was (see ``pacing``)
         self._turn_seconds = 0.0  # how long the last turn took
         self._turning = False  # a turn is under way: the bookkeeper decides again when it ends
-        self._delivered_last: set[str] = set()  # the partners the last turn's attempts delivered to
+        # The partners the last turn's attempts delivered to, with the seconds an attempt took them.
+        self._delivered_last: dict[str, float] = {}
         # Those, and the partners with an attempt finished since: their attempts in flight are
         # likely to finish soon, so finished attempts may wait to share a commit with them; the
         # others' may be hanging (pacing.Moment.silent).
@@ -644,7 +674,7 @@ class Worker:
                 recorded = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, recorded.effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
-                deep = _deep(records, self._delivered_last)
+                deep = self._depths(_deep(records, self._delivered_last))
                 jobs = await self._claim(conn, claim, deep=deep) if claim else []
         except Exception as error:
             if records and refused_rows(error):
@@ -662,7 +692,9 @@ class Worker:
             self._answering |= answering
             raise
         self._delivered_last = _delivering(records)
-        self._answering |= self._delivered_last
+        self._answering.update(self._delivered_last)
+        self.claimed += len(jobs)
+        self.handed_back += len(expired)
         if expired:
             self._drained = False  # what it handed back is claimable again (a claim after it says)
         changes = settle.changes(recorded.effects)
@@ -670,7 +702,13 @@ class Worker:
         self._hold_back(records, changes)
         return len(records), jobs
 
-    async def _claim(self, conn: AsyncConnection, limit: int, *, deep: set[str]) -> list[Job]:
+    def _depths(self, deep: Mapping[str, float]) -> dict[str, int]:
+        """Each partner a claim may fill ahead, with how many times its slots: as many as it sends
+        within ``AHEAD_SHARE`` of the time a claimed job has to start in."""
+        horizon = (self._lease_seconds - self._start_margin) * AHEAD_SHARE
+        return {partner: depth_within(seconds, horizon, self.depth) for partner, seconds in deep.items()}
+
+    async def _claim(self, conn: AsyncConnection, limit: int, *, deep: dict[str, int]) -> list[Job]:
         return await claim_due(
             conn,
             now=self.clock(),
