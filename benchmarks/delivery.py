@@ -848,7 +848,7 @@ async def run_sender_alone(args: argparse.Namespace, base: str) -> int:
     return 0
 
 
-# --- 7. a partner answering slowly: claims ahead that outlast their lease ---------------------
+# --- 5b. a partner answering slowly: claims ahead that outlast their lease --------------------
 
 SLOW_TIMEOUT = 2.0  # the webhook timeout there: a lease of 9 s, 6 s for a claimed job to start in
 
@@ -871,7 +871,7 @@ async def run_slow_partner(args: argparse.Namespace, base: str, database_url: st
             slow = tables.partners.update().values(max_in_flight=None, url=f"{base}/slow/{latency}")
             await conn.execute(slow)
         await backlog(engine, events, prefix="slow")
-        worker = _worker(engine, settings)
+        worker = _worker(engine, settings, depth=args.depth)
         started = time.perf_counter()
         async with worker:
             logged = await worker.drain()

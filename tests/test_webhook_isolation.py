@@ -251,10 +251,10 @@ def test_each_partner_named_deep_may_have_a_depth_of_its_own(database_url: str, 
     assert asyncio.run(scenario()) == {"quick": 8, "slow": 4, "one": 2, "unnamed": 2}
 
 
-@pytest.mark.parametrize("deep", [{"p": 0}, {"p": 2, "q": -1}])
-def test_a_depth_below_one_is_refused(deep: dict[str, int]) -> None:
+@pytest.mark.parametrize("deep", [{"p": 0}, {"p": 2, "q": -1}, {"p": 2.5}])
+def test_a_depth_below_one_or_not_whole_is_refused(deep: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        claim_module._depths(deep, 4)
+        claim_module._depth_of_each(deep, 4)
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,21 @@
 """Depth counts in seconds: a worker claims ahead for a partner only as much as the partner sends
-within half the time a claimed job has to start in, judged by how long its delivered attempts
-took. At a fixed depth a partner answering slowly held more than it could send before its claims'
+within half the time a claimed job has to start in, judged by how long its attempts took and the
+part of its slots its lane may use. At a fixed depth a partner answering slowly held more than it could send before its claims'
 leases ran out, and every claim's tail was handed back unsent and claimed again."""
 
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 from webhook_helpers import Receiver, room_claimed, settings
 
 from service.clock import ManualClock
 from service.db.engine import create_engine
+from service.db.tables import deliveries
 from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
@@ -21,6 +24,7 @@ from service.webhooks import claim as claim_module
 from service.webhooks import outbox, partners, wiring
 from service.webhooks import worker as worker_module
 from service.webhooks.claim import Job
+from service.webhooks.lanes import Lanes
 from service.webhooks.settle import Settlement
 from service.webhooks.worker import DEPTH, depth_within
 
@@ -48,17 +52,48 @@ def test_a_partners_depth_is_what_it_sends_within_the_horizon(
     assert depth_within(seconds, horizon, most) == depth
 
 
-def _delivered(partner: str, duration_ms: int) -> Settlement:
-    from datetime import UTC, datetime
-
+def _attempt(
+    partner: str, duration_ms: int, outcome: AttemptOutcome = AttemptOutcome.DELIVERED
+) -> Settlement:
     at = datetime(2026, 11, 29, tzinfo=UTC)
     job = Job("dlv", "evt", "room.claimed", partner, "https://x.example/", b"{}", 1, ("s",), "tok", at)
-    return Settlement(job, at, duration_ms, 200, None, None, AttemptOutcome.DELIVERED, at)
+    return Settlement(job, at, duration_ms, 200, None, None, outcome, at)
 
 
-def test_a_partners_pace_is_the_mean_of_its_delivered_attempts() -> None:
-    records = [_delivered("a", 100), _delivered("a", 300), _delivered("b", 5)]
-    assert worker_module._delivering(records) == {"a": 0.2, "b": 0.005}
+def test_a_partners_pace_is_the_mean_of_its_attempts_whatever_they_ended_in() -> None:
+    """A failed attempt held its slot as long as it took: a partner answering half its attempts in
+    50 ms and timing out on the others at 15 s sends what it holds at the pace of both."""
+    records = [
+        _attempt("a", 50),
+        _attempt("a", 15_000, AttemptOutcome.RETRY),
+        _attempt("b", 5),
+        _attempt("c", 10, AttemptOutcome.RETRY),  # delivered nothing: not deep at all
+    ]
+    assert worker_module._delivering(records) == {"a": 7.525, "b": 0.005}
+
+
+def _worker(database_url: str, clock: ManualClock) -> worker_module.Worker:
+    config = Settings(database_url=database_url, **settings(receiver_timeout=TIMEOUT))
+    return wiring.worker(create_engine(database_url), config, clock=clock)
+
+
+def test_a_partner_held_to_a_share_of_its_slots_is_claimed_ahead_for_that_share(
+    sqlite_url: str, clock: ManualClock
+) -> None:
+    """Held to half its slots (two partners wanting 4 each of a pool of 4), a partner's lane sends at
+    half the pace its attempts' durations alone say, and its depth follows: 1 + 7 // (0.5 / 0.5) = 8,
+    not 15; a partner whose depth comes to 1 is not named deep at all."""
+    worker = _worker(sqlite_url, clock)
+    lanes: Lanes[Job] = Lanes(lambda started: None, pool=4, senders=8)
+    at = datetime(2026, 11, 29, tzinfo=UTC)
+    for partner in ("held", "other"):
+        job = Job(
+            "dlv", "evt", "room.claimed", partner, "https://x.example/", b"{}", 1, ("s",), "t", at, slots=4
+        )
+        lanes.add([job] * 4, start_by=0.0)
+    assert (lanes.held_to("held"), lanes.held_to("absent")) == (0.5, 1.0)
+    worker.lanes = lanes
+    assert worker._depths({"held": 0.5, "free": 0.5, "slow": 8.0}) == {"held": 8, "free": 15}
 
 
 def test_a_partner_whose_attempts_take_long_is_claimed_ahead_only_what_it_sends_in_time(
@@ -75,7 +110,8 @@ def test_a_partner_whose_attempts_take_long_is_claimed_ahead_only_what_it_sends_
     async def noted(conn: Any, **options: Any) -> list[Job]:
         jobs = await claim_due(conn, **options)
         depths.append(options["deep"])
-        taken.append(len(jobs))
+        held = select(func.count()).where(deliveries.c.status == "delivering")
+        taken.append(await conn.scalar(held))  # claimed and not yet logged, this claim's among them
         return jobs
 
     monkeypatch.setattr(worker_module, "claim_due", noted)

@@ -21,8 +21,9 @@ holder sends at most that many of the partner's deliveries at once (``service.we
 and may claim up to ``depth`` times its slots (at most ``MAX_AHEAD`` beyond them), so a partner
 answering quickly finds its next delivery already in hand. Depth is earned: a claim names the
 partners it may claim ahead for (``deep``, the worker's partners whose deliveries have just gone
-through), and every other partner gets its slots only, so a partner that hangs or fails soon holds
-no parked leases. The cap still holds across workers:
+through), each with a depth of its own (what the partner sends within its leases, by how long its
+attempts take), and every other partner gets its slots only, so a partner that hangs or fails soon
+holds no parked leases. The cap still holds across workers:
 another holder's slots are what the cap leaves after this holder's claimed rows, which are never
 fewer than its attempts in flight (docs/architecture.md, "Slots"). A circuit that is not closed
 gets no depth: its probe goes alone.
@@ -433,11 +434,11 @@ async def _claimed_secrets(
     return {partner_id: tuple(secrets) for partner_id, secrets in found.items()}
 
 
-def _depths(deep: Mapping[str, int] | Collection[str] | None, depth: int) -> dict[str, int]:
+def _depth_of_each(deep: Mapping[str, int] | Collection[str] | None, depth: int) -> dict[str, int]:
     """Each partner named deep with its depth: its own, or ``depth``."""
     depths = dict(deep) if isinstance(deep, Mapping) else dict.fromkeys(deep or (), depth)
-    if min((depth, *depths.values())) < 1:
-        raise ValueError("depth must be at least 1")
+    if any(not isinstance(each, int) or each < 1 for each in (depth, *depths.values())):
+        raise ValueError("depth must be a whole number, at least 1")
     return depths
 
 
@@ -492,7 +493,7 @@ async def claim_due(
     from then, not from ``now``, so the wait does not eat into the lease. Every job of one claim
     has the same ``claimed_until``.
     """
-    depths = _depths(deep, depth)
+    depths = _depth_of_each(deep, depth)
     token = token or new_claim_token()
     if conn.dialect.name == "postgresql":
         await locks.take(conn, CLAIM_LOCK)

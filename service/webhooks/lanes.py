@@ -228,6 +228,14 @@ class Lanes(Generic[J]):
         lane = self._lanes.get(partner_id)
         return lane.out if lane is not None else 0
 
+    def held_to(self, partner_id: str) -> float:
+        """The part of its slots the partner's lane may have out at once now: below 1 while the
+        lane is held to a fair share of the pool, 1 otherwise (and with no lane)."""
+        lane = self._lanes.get(partner_id)
+        if lane is None or lane.limit >= lane.slots:
+            return 1.0
+        return max(lane.limit, 1) / lane.slots
+
     def _forget_if_empty(self, partner_id: str, lane: _Lane[J]) -> None:
         if not lane.out and not lane.parked:
             del self._lanes[partner_id]

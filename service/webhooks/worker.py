@@ -160,10 +160,11 @@ DEPTH = 64
 # ...and fewer times for a partner whose attempts take long, so that what it holds beyond its slots
 # goes out within this share of the time a claimed job has to start in (its lease less one attempt
 # and a second): depth counts in seconds, not deliveries (``depth_within``). At DEPTH, a partner
-# at the default cap answering in 300 ms held 504 deliveries beyond its slots, 19 s of its
-# attempts, where a job has 14 s to start in under the default timeout; every claim's tail was
-# handed back unsent and claimed again (benchmarks/delivery.py --slow-partner: 600 deliveries took
-# 1,336 claims). Half, so that a partner that slows down somewhat still sends what it holds.
+# at the default cap answering in 0.5 s held 504 deliveries beyond its slots, 32 s of its attempts,
+# where a job has 19 s to start in under the default 15 s timeout: every claim's tail was handed
+# back unsent and claimed again (benchmarks/delivery.py --slow-partner, at a 2 s timeout: 600
+# deliveries took 1,336 claims). Half, so that a partner that slows down somewhat still sends what
+# it holds.
 AHEAD_SHARE = 0.5
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
@@ -173,17 +174,20 @@ CONTENTION_LINES = timedelta(hours=1)
 
 
 def _delivering(records: Sequence[Settlement]) -> dict[str, float]:
-    """The partners these attempts delivered to, each with the seconds its delivered attempts took
-    on average."""
+    """The partners these attempts delivered to, each with the seconds its attempts took on
+    average, whatever they ended in: a failed attempt held its slot as long as it took."""
     spent: dict[str, list[int]] = {}
+    delivered: set[str] = set()
     for record in records:
+        spent.setdefault(record.job.partner_id, []).append(record.duration_ms)
         if record.outcome is AttemptOutcome.DELIVERED:
-            spent.setdefault(record.job.partner_id, []).append(record.duration_ms)
-    return {partner_id: sum(taken) / len(taken) / 1000 for partner_id, taken in spent.items()}
+            delivered.add(record.job.partner_id)
+    return {partner_id: sum(spent[partner_id]) / len(spent[partner_id]) / 1000 for partner_id in delivered}
 
 
 def _deep(records: Sequence[Settlement], delivered_last: Mapping[str, float]) -> dict[str, float]:
-    """The partners a claim may fill ahead (``DEPTH``), each with the seconds its attempts take:
+    """The partners a claim may fill ahead, each with the seconds its attempts take (its depth,
+    ``depth_within``, follows from them):
     those these attempts delivered to (as they took), and those the last turn's did (as they took
     then) that none of these failed for.
 
@@ -703,10 +707,17 @@ class Worker:
         return len(records), jobs
 
     def _depths(self, deep: Mapping[str, float]) -> dict[str, int]:
-        """Each partner a claim may fill ahead, with how many times its slots: as many as it sends
-        within ``AHEAD_SHARE`` of the time a claimed job has to start in."""
+        """Each partner a claim may fill ahead with how many times its slots: as many as it sends
+        within ``AHEAD_SHARE`` of the time a claimed job has to start in, at the part of its slots
+        its lane may use now (``Lanes.held_to``: less while held to a fair share). A partner whose
+        depth comes to 1 is left out, as one not deep."""
         horizon = (self._lease_seconds - self._start_margin) * AHEAD_SHARE
-        return {partner: depth_within(seconds, horizon, self.depth) for partner, seconds in deep.items()}
+        depths = {}
+        for partner_id, seconds in deep.items():
+            depth = depth_within(seconds / self.lanes.held_to(partner_id), horizon, self.depth)
+            if depth > 1:
+                depths[partner_id] = depth
+        return depths
 
     async def _claim(self, conn: AsyncConnection, limit: int, *, deep: dict[str, int]) -> list[Job]:
         return await claim_due(
