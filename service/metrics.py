@@ -127,6 +127,13 @@ class Metrics:
             ["partner"],
             registry=self.registry,
         )
+        self.handed_back = Counter(
+            "service_webhook_handed_back_total",
+            "Claimed deliveries this process's worker handed back unsent, to be claimed again, by "
+            "reason (late, changed, stopped, stopping).",
+            ["reason"],
+            registry=self.registry,
+        )
         self.circuit_changes = Counter(
             "service_webhook_circuit_changes_total",
             "Partners' circuit breakers: opened, reopened (a failed probe), closed, disabled.",

@@ -55,6 +55,16 @@ class AttemptOutcome(StrEnum):
     PAUSED = "paused"  # the partner answered 410 and was paused
 
 
+class HandedBack(StrEnum):
+    """Why a worker handed a claimed delivery back unsent, to be claimed again (the metrics counter
+    uses the same words)."""
+
+    LATE = "late"  # it could no longer start with a whole attempt left in its lease
+    CHANGED = "changed"  # its partner changed since the claim: paused, a new URL, secret or cap...
+    STOPPED = "stopped"  # its partner's attempts opened its circuit, disabled or paused it
+    STOPPING = "stopping"  # the worker is stopping
+
+
 class CircuitChange(StrEnum):
     """What an attempt did to its partner's circuit (``service.webhooks.breaker``), for logs and
     metrics (the counter uses the same words)."""

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError
 
 from service.db import faults
-from service.states import CircuitChange
+from service.states import CircuitChange, HandedBack
 from service.webhooks import partners, runtime, signing
 from service.webhooks.breaker import BreakerState
 from tests.webhook_helpers import Receiver, Reply, deliveries, onboard, publish, room_claimed, settings
@@ -90,6 +90,11 @@ def test_a_stopped_partner_gets_nothing_more_than_was_out(
         received = _drain_changing(client, receiver, change, partner)
         after = len(receiver.requests) - received
         assert after <= AFTER_AT_MOST, f"{after} requests reached the partner after it was stopped"
+        # What its lane held was handed back unsent, and counted so (what was still due at a later
+        # claim is not claimed again: the partner is paused or gone).
+        handed = _handed_back(client)
+        assert handed["changed"] >= EVENTS - received - AFTER_AT_MOST - 1, handed
+        assert handed["late"] == handed["stopped"] == 0, handed
         if change is not _remove:  # a removed partner's deliveries are no longer listed
             left = [found["status"] for found in deliveries(client)]
             assert left.count(status) >= EVENTS - received - AFTER_AT_MOST, left
@@ -168,6 +173,16 @@ def test_an_unchanged_partner_keeps_what_was_claimed_ahead(
         assert client.run(go()) == EVENTS
         assert len(receiver.requests) == EVENTS
         assert not [record for record in caplog.records if "changed since" in record.getMessage()]
+        assert _handed_back(client) == dict.fromkeys(HandedBack, 0.0)
+
+
+def _handed_back(client: Any) -> dict[str, float]:
+    """``service_webhook_handed_back_total`` by reason, as the app's metrics hold it."""
+    registry = client.app.ctx.metrics.registry
+    return {
+        reason: registry.get_sample_value("service_webhook_handed_back_total", {"reason": reason})
+        for reason in HandedBack
+    }
 
 
 def test_every_change_a_claim_reads_counts_the_revision_up(make_client: Any, database_url: str) -> None:

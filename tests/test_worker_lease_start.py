@@ -19,7 +19,9 @@ from service.db import locks
 from service.db.engine import create_engine
 from service.events import parse_event
 from service.keyring import load_keyring
+from service.metrics import Metrics
 from service.settings import Settings
+from service.states import HandedBack
 from service.webhooks import claim as claim_module
 from service.webhooks import outbox, partners, wiring
 from service.webhooks import worker as worker_module
@@ -32,7 +34,7 @@ EVENTS = 6
 
 
 async def _drained(
-    database_url: str, clock: ManualClock, receiver: Receiver
+    database_url: str, clock: ManualClock, receiver: Receiver, metrics: Metrics | None = None
 ) -> tuple[list[int], list[tuple[datetime, datetime]], float]:
     """Drain EVENTS deliveries to one partner at cap 2, twice (the second finds nothing left: a
     drain claims again what it handed back unsent); the attempts each drain logged, and for each
@@ -49,7 +51,7 @@ async def _drained(
         )
     started: list[tuple[datetime, datetime]] = []
     try:
-        async with wiring.worker(engine, config, clock=clock) as worker:
+        async with wiring.worker(engine, config, clock=clock, metrics=metrics) as worker:
             attempt = worker.attempt
 
             async def noted(job: Job) -> Settlement:
@@ -83,11 +85,17 @@ def test_a_claim_that_comes_back_with_less_than_an_attempt_left_is_handed_back_u
         return jobs
 
     monkeypatch.setattr(worker_module, "claim_due", slow)
+    metrics = Metrics()
     with Receiver() as receiver:
-        logged, started, lease = asyncio.run(_drained(database_url, clock, receiver))
+        logged, started, lease = asyncio.run(_drained(database_url, clock, receiver, metrics))
         sent = Counter(request.headers["webhook-id"] for request in receiver.requests)
     assert lease == 9
     assert calls[0] > 0  # the slow claim took jobs, and none of them went out
+    handed = {
+        reason: metrics.registry.get_sample_value("service_webhook_handed_back_total", {"reason": reason})
+        for reason in HandedBack
+    }
+    assert handed == {**dict.fromkeys(HandedBack, 0.0), HandedBack.LATE: calls[0]}  # counted as late
     left = [(until - at).total_seconds() for at, until in started]
     assert min(left) >= TIMEOUT + 1, f"attempts started with {sorted(left)} s of their lease left"
     assert logged == [EVENTS, 0]  # handed back unsent, then claimed again by the same drain

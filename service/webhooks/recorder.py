@@ -4,17 +4,18 @@ An attempt counts only once its row is committed, so the worker hands each commi
 one metric per attempt (by partner and outcome) and its duration, a DEBUG line per delivered
 attempt, INFO for a retry, a WARNING when a delivery ends ``failed`` (INFO, marked ``superseded``, for
 an attempt whose claim had been taken over: its delivery is another claim's); and a line and a metric for
-every change of a partner's circuit (a WARNING when one opens or a partner is disabled). The lines
+every change of a partner's circuit (a WARNING when one opens or a partner is disabled); and, by
+reason, the claimed deliveries it handed back unsent (``service_webhook_handed_back_total``). The lines
 keep the worker's logger name, which operators filter by.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from service.metrics import Metrics
-from service.states import AttemptOutcome, CircuitChange
+from service.states import AttemptOutcome, CircuitChange, HandedBack
 from service.webhooks.settle import Settlement
 
 log = logging.getLogger("service.webhooks.worker")
@@ -34,6 +35,8 @@ class Recorder:
         self.metrics = metrics
         if metrics is not None:
             metrics.delivering = True  # its partners' delivery counters show from 0 (Metrics.set_partners)
+            for reason in HandedBack:  # from 0 too: increase() sees the first deliveries handed back
+                metrics.handed_back.labels(reason)
 
     def committed(
         self,
@@ -83,6 +86,13 @@ class Recorder:
                 _CHANGE_LINES[change],
                 extra={"partner": partner_id, "circuit": change},
             )
+
+    def handed_back(self, counts: Mapping[HandedBack, int]) -> None:
+        """Count claimed deliveries whose handing back (unsent, to be claimed again) is committed."""
+        if self.metrics is not None:
+            for reason, count in counts.items():
+                if count:
+                    self.metrics.handed_back.labels(reason).inc(count)
 
     def _paused_themselves(self, records: Sequence[Settlement]) -> None:
         """A WARNING line and ``service_webhook_partner_paused_total`` for each partner whose 410

@@ -74,7 +74,8 @@ import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -89,7 +90,7 @@ from service.db.writer import refused_rows
 from service.keyring import Keyring
 from service.metrics import Metrics
 from service.settings import Settings
-from service.states import AttemptOutcome, CircuitChange
+from service.states import AttemptOutcome, CircuitChange, HandedBack
 from service.webhooks import pacing, partners, retention, roster, settle
 from service.webhooks.breaker import STOPPING, BreakerPolicy
 from service.webhooks.claim import Job, claim_due, new_claim_token, release
@@ -302,6 +303,7 @@ class Worker:
         self._uncertain: set[str] = set()
         self._first_record_at = 0.0
         self._expired: list[Job] = []
+        self._handing: Counter[HandedBack] = Counter()  # why they are handed back, counted
         self._in_flight = 0
         self._nudge = asyncio.Event()
         self._woken = False
@@ -373,6 +375,7 @@ class Worker:
         self.holder = new_claim_token()
         self._new_lanes()
         self._records, self._expired, self._in_flight = [], [], 0
+        self._handing = Counter()
         self._nudge, self._drained = asyncio.Event(), False
         self._contended = False
         try:
@@ -595,7 +598,8 @@ class Worker:
             else:
                 (start_by, job), handed = handed, None
             if self._stopping or loop.time() > start_by:
-                self._expired.append(job)  # its lease could run out mid-attempt: never send it
+                # Its lease could run out mid-attempt: never send it.
+                self._hand_back([job], HandedBack.STOPPING if self._stopping else HandedBack.LATE)
                 self.lanes.done(job.partner_id)
                 self._nudge.set()
                 continue
@@ -636,9 +640,9 @@ class Worker:
 
     async def _wind_down(self) -> None:
         """Hand back what waits unsent; give attempts in flight up to the grace period to finish."""
-        self._expired.extend(self.lanes.take_all())
+        self._hand_back(self.lanes.take_all(), HandedBack.STOPPING)
         while not self._jobs.empty():
-            self._expired.append(self._jobs.get_nowait()[1])
+            self._hand_back([self._jobs.get_nowait()[1]], HandedBack.STOPPING)
         if not self._in_flight or not self._stopping:
             return
         loop = asyncio.get_running_loop()
@@ -667,6 +671,7 @@ class Worker:
         records, self._records = self._records, []
         uncertain, self._uncertain = self._uncertain, set()
         expired, self._expired = self._expired, []
+        handing, self._handing = self._handing, Counter()
         if not records and not expired and not claim:
             return 0, []
         answering, self._answering = self._answering, set()
@@ -674,7 +679,9 @@ class Worker:
             async with self._db_lock, self.connection.transaction() as conn:
                 if uncertain:
                     records = await self._still_claimed(conn, records, uncertain)
-                expired.extend(await self._changed_since_claim(conn))
+                changed = await self._changed_since_claim(conn)
+                expired.extend(changed)
+                handing[HandedBack.CHANGED] += len(changed)
                 recorded = await settle.record(conn, records, breaker=self.breaker)
                 await partners.apply(conn, recorded.effects, now=self.clock())
                 await release(conn, expired, now=self.clock())
@@ -686,6 +693,7 @@ class Worker:
                 # batch attempt by attempt so the rest lands, then claim in a turn of its own.
                 await self._record_apart(records)
                 self._expired[:0] = expired
+                self._handing.update(handing)
                 _, jobs = await self._turn(claim)
                 return len(records), jobs
             # Logged next turn, their claims holding meanwhile. The commit may have landed even so,
@@ -693,12 +701,14 @@ class Worker:
             self._records[:0] = records
             self._uncertain = {record.job.delivery_id for record in records}
             self._expired[:0] = expired
+            self._handing.update(handing)
             self._answering |= answering
             raise
         self._delivered_last = _delivering(records)
         self._answering.update(self._delivered_last)
         self.claimed += len(jobs)
         self.handed_back += len(expired)
+        self.recorder.handed_back(handing)
         if expired:
             self._drained = False  # what it handed back is claimable again (a claim after it says)
         changes = settle.changes(recorded.effects)
@@ -827,9 +837,15 @@ class Worker:
         stopped = {partner_id for partner_id, change in changes if change in STOPPING}
         stopped.update(record.job.partner_id for record in records if record.outcome is AttemptOutcome.PAUSED)
         for partner_id in stopped:
-            self._expired.extend(self.lanes.take_back(partner_id))
+            self._hand_back(self.lanes.take_back(partner_id), HandedBack.STOPPED)
         self.lanes.reopen({record.job.partner_id for record in records} - stopped)
         self._note_contention()
+
+    def _hand_back(self, jobs: Iterable[Job], reason: HandedBack) -> None:
+        """Hand ``jobs`` back unsent at the next turn, counted by ``reason`` once it commits."""
+        before = len(self._expired)
+        self._expired.extend(jobs)
+        self._handing[reason] += len(self._expired) - before
 
     def _note_contention(self) -> None:
         """A line when the partners with work start wanting more attempts in flight than the lanes'
