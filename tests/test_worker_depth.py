@@ -14,13 +14,12 @@ from sqlalchemy import func, select
 from webhook_helpers import Receiver, room_claimed, settings
 
 from service.clock import ManualClock
-from service.db.engine import create_engine, migrate
+from service.db.engine import create_engine
 from service.db.tables import deliveries
 from service.events import parse_event
 from service.keyring import load_keyring
-from service.metrics import Metrics
 from service.settings import Settings
-from service.states import AttemptOutcome, CircuitChange, HandedBack
+from service.states import AttemptOutcome
 from service.webhooks import claim as claim_module
 from service.webhooks import outbox, partners, wiring
 from service.webhooks import worker as worker_module
@@ -150,47 +149,3 @@ def test_a_partner_whose_attempts_take_long_is_claimed_ahead_only_what_it_sends_
     assert named, "no claim filled ahead"
     assert all(deep == {partner_id: 3} for deep in named)
     assert max(taken) <= CAP * 3
-
-
-def test_what_a_worker_hands_back_is_counted_by_reason_once_its_turn_commits(
-    sqlite_url: str, clock: ManualClock
-) -> None:
-    """Parked jobs of a partner whose circuit the turn opened go back as ``stopped``, what a stopping
-    worker held as ``stopping``; counted at the turn that hands them back (the series shown at 0
-    before), and kept for the next turn should that one fail."""
-    metrics = Metrics()
-    worker = wiring.worker(create_engine(sqlite_url), Settings(database_url=sqlite_url), clock=clock,
-                           metrics=metrics)  # fmt: skip
-
-    def counted() -> dict[str, float | None]:
-        name = "service_webhook_handed_back_total"
-        return {reason: metrics.registry.get_sample_value(name, {"reason": reason}) for reason in HandedBack}
-
-    assert counted() == dict.fromkeys(HandedBack, 0.0)
-    at = datetime(2026, 11, 29, tzinfo=UTC)
-    jobs = [Job(f"d{n}", "e", "room.claimed", p, "https://x.example/", b"{}", 1, ("s",), "t", at, slots=1)
-            for n, p in enumerate(["open", "open", "open", "other", "other"])]  # fmt: skip
-    worker.lanes.add(jobs, start_by=1e12)  # each partner's first is let out, the rest parked
-    worker._hold_back([], [("open", CircuitChange.OPENED)])
-    worker._hand_back(worker.lanes.take_all(), HandedBack.STOPPING)
-    assert (len(worker._expired), worker._handing) == (3, {HandedBack.STOPPED: 2, HandedBack.STOPPING: 1})
-    assert counted() == dict.fromkeys(HandedBack, 0.0)  # nothing committed yet
-
-    async def turns() -> None:
-        original = worker._changed_since_claim
-
-        async def fails(conn: Any) -> list[Job]:
-            raise ConnectionError("the database went away")
-
-        worker._changed_since_claim = fails  # type: ignore[method-assign]
-        with pytest.raises(ConnectionError):
-            await worker._turn(0)
-        worker._changed_since_claim = original  # type: ignore[method-assign]
-        await worker._turn(0)
-        await worker.connection.release()
-        await worker.engine.dispose()
-
-    migrate(sqlite_url)
-    asyncio.run(turns())
-    assert counted() == {**dict.fromkeys(HandedBack, 0.0), HandedBack.STOPPED: 2.0, HandedBack.STOPPING: 1.0}
-    assert worker.handed_back == 3

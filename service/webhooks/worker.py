@@ -163,9 +163,9 @@ DEPTH = 64
 # and a second): depth counts in seconds, not deliveries (``depth_within``). At DEPTH, a partner
 # at the default cap answering in 0.5 s held 504 deliveries beyond its slots, 32 s of its attempts,
 # where a job has 19 s to start in under the default 15 s timeout: every claim's tail was handed
-# back unsent and claimed again (benchmarks/delivery.py --slow-partner, at a 2 s timeout: 600
-# deliveries took 1,336 claims). Half, so that a partner that slows down somewhat still sends what
-# it holds.
+# back unsent and claimed again (as with a 2 s timeout, 6 s to start in, a partner answering in
+# 300 ms: 600 deliveries took 1,336 claims, benchmarks/delivery.py --slow-partner 300). Half, so
+# that a partner that slows down somewhat still sends what it holds.
 AHEAD_SHARE = 0.5
 # Pruning: the first soon after start (not in the start-up rush), then every hour.
 PRUNE_FIRST = timedelta(minutes=1)
@@ -691,9 +691,11 @@ class Worker:
             if records and refused_rows(error):
                 # A row the database will not take (whatever a partner sent back): log the
                 # batch attempt by attempt so the rest lands, then claim in a turn of its own.
-                await self._record_apart(records)
+                # What it hands back waits for that turn (or the next, should logging fail).
                 self._expired[:0] = expired
                 self._handing.update(handing)
+                self._answering |= answering
+                await self._record_apart(records)
                 _, jobs = await self._turn(claim)
                 return len(records), jobs
             # Logged next turn, their claims holding meanwhile. The commit may have landed even so,
@@ -791,8 +793,10 @@ class Worker:
 
     async def _record_apart(self, records: Sequence[Settlement]) -> None:
         """Log each record in a transaction of its own; one the database refuses is tried once
-        more without its response excerpt, then dropped with an error line."""
-        for record in records:
+        more without its response excerpt, then dropped with an error line. Should the database
+        fail otherwise, the records not yet logged are kept for the next turn, as a failed turn
+        keeps its own (the one whose commit failed may have landed: the next turn looks)."""
+        for index, record in enumerate(records):
             for attempt in (record, record._replace(response_excerpt=None)):
                 try:
                     async with self._db_lock, self.connection.transaction() as conn:
@@ -800,6 +804,9 @@ class Worker:
                         await partners.apply(conn, recorded.effects, now=self.clock())
                 except Exception as error:
                     if not refused_rows(error):
+                        left = records[index:]
+                        self._records[:0] = left
+                        self._uncertain |= {each.job.delivery_id for each in left}
                         raise
                     continue
                 if attempt is not record:
