@@ -98,6 +98,10 @@ def test_a_holder_not_both_ours_and_stuck_past_the_bound_is_waited_for(
             task = asyncio.create_task(waiter())
             async with watcher.connect() as watching:
                 while not await watching.scalar(_WAITING_ON_THE_LOCK, {"name": APPLICATION_NAME}):
+                    # pg_stat_activity holds still within a transaction (PostgreSQL reads it once
+                    # per transaction): each look is a transaction of its own, or a first look
+                    # before the waiter began to wait would be the only one.
+                    await watching.rollback()
                     assert not task.done(), f"took a lock that was held: {task.result()}"
                     await asyncio.sleep(0.02)  # polling a condition, not waiting for time to pass
             await asyncio.to_thread(stuck.release)

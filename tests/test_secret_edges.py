@@ -257,6 +257,7 @@ async def _blocked_on_a_lock(engine: Any) -> None:
         for _ in range(1000):
             if await conn.scalar(waiting):
                 return
+            await conn.rollback()  # pg_stat_activity holds still within a transaction: look anew
             await asyncio.sleep(0.01)
     raise AssertionError("no session waited on a lock")
 
