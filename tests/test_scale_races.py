@@ -3,6 +3,7 @@
 - A partner's removal and a worker's turn lock the same rows in opposite orders: PostgreSQL breaks
   the deadlock by ending one transaction, the removal runs once more, and a deadlock or
   serialization failure that stands is a moment's fault (503, exit status 1), never a 500.
+- A publish storing deliveries for partners whose rows a worker's turn holds does not wait for it.
 - A publish racing a removal may leave a delivery waiting for a removed partner: the hourly
   retention pass cancels it.
 - Processes migrating one database at once take turns under an advisory lock.
@@ -202,6 +203,36 @@ async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_remove
     async with engine.connect() as conn:
         assert await conn.scalar(select(partners.c.status)) == PartnerStatus.REMOVED
         assert await conn.scalar(select(deliveries.c.status)) == DeliveryStatus.DELIVERED
+
+
+async def test_a_publish_fanning_out_does_not_wait_for_a_turn_holding_its_partners_rows(
+    engine: AsyncEngine, operations: Operations
+) -> None:
+    """A turn holds its partners' rows while it settles (partners.lock_standing); a publish storing
+    deliveries for them checks their foreign key meanwhile. Were the two to wait on each other, a
+    publish fanning out in one order and a turn locking in the other would deadlock, and PostgreSQL
+    would end one of them: a publish answered 503. The publish goes through without waiting."""
+    ids = [
+        (await operations.onboard({"name": f"P{n}", "url": f"http://127.0.0.1:9/{n}"}))["id"] for n in range(2)
+    ]
+    turn, publish = await engine.connect(), None
+    try:
+        standing = await partner_store.lock_standing(turn, ids)
+        assert set(standing) == set(ids)
+        publish = asyncio.ensure_future(operations.publish(room_claimed("beside-a-turn")))
+
+        async def published_or_waiting() -> str | None:
+            if publish.done():
+                return "published"
+            return "waiting for the turn" if await _lock_waiters(engine, "transactionid") else None
+
+        assert await _until(published_or_waiting, "the publish or its wait") == "published"
+        assert (await publish)["deliveries"] == 2
+        await turn.commit()
+    finally:
+        await turn.close()
+        if publish is not None and not publish.done():  # the turn's locks went with it
+            await publish
 
 
 def _deadlock_error() -> DBAPIError:

@@ -693,12 +693,17 @@ _STANDING = select(
     partners.c.circuit_open_until,
     partners.c.circuit_cooldown,
 ).where(partners.c.id.in_(bindparam("b_ids", expanding=True)))
-_STANDING_LOCKED = _STANDING.with_for_update()
+# FOR NO KEY UPDATE, not FOR UPDATE: it takes turns with every other writer of the row, but not
+# with a publish storing a delivery for the partner (the foreign key's check takes FOR KEY SHARE,
+# which only FOR UPDATE refuses). Under FOR UPDATE a publish fanning out to two partners in one
+# order and a turn locking them in the other deadlocked, and PostgreSQL ended the publish: a 503.
+_STANDING_LOCKED = _STANDING.with_for_update(key_share=True)
 
 
 async def lock_standing(conn: AsyncConnection, partner_ids: Sequence[str]) -> dict[str, Standing]:
     """The partners' standing, their rows locked until the transaction ends on PostgreSQL (two
-    workers settling one partner take turns; SQLite's one writer already does)."""
+    workers settling one partner take turns; SQLite's one writer already does). A publish storing
+    deliveries for them meanwhile does not wait."""
     if not partner_ids:
         return {}
     query = _STANDING_LOCKED if conn.dialect.name == "postgresql" else _STANDING
