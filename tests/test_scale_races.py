@@ -211,9 +211,11 @@ async def test_a_publish_fanning_out_does_not_wait_for_a_turn_holding_its_partne
     """A turn holds its partners' rows while it settles (partners.lock_standing); a publish storing
     deliveries for them checks their foreign key meanwhile. Were the two to wait on each other, a
     publish fanning out in one order and a turn locking in the other would deadlock, and PostgreSQL
-    would end one of them: a publish answered 503. The publish goes through without waiting."""
+    would end one of them: a publish answered 503. The publish goes through without waiting; a
+    second turn settling the same partners still waits for the first."""
     ids = [
-        (await operations.onboard({"name": f"P{n}", "url": f"http://127.0.0.1:9/{n}"}))["id"] for n in range(2)
+        (await operations.onboard({"name": f"P{n}", "url": f"http://127.0.0.1:9/{n}"}))["id"]
+        for n in range(2)
     ]
     turn, publish = await engine.connect(), None
     try:
@@ -228,7 +230,12 @@ async def test_a_publish_fanning_out_does_not_wait_for_a_turn_holding_its_partne
 
         assert await _until(published_or_waiting, "the publish or its wait") == "published"
         assert (await publish)["deliveries"] == 2
-        await turn.commit()
+        async with engine.connect() as other:
+            second = asyncio.ensure_future(partner_store.lock_standing(other, ids))
+            await _until(lambda: _lock_waiters(engine, "transactionid"), "the second turn's wait")
+            assert not second.done()
+            await turn.commit()
+            assert set(await second) == set(ids)
     finally:
         await turn.close()
         if publish is not None and not publish.done():  # the turn's locks went with it
