@@ -7,7 +7,8 @@ that failed before its COMMIT still holds them, and its attempts are logged as b
 
 The cut is the worker's held connection, made to fail the first turn that logs attempts just after
 its COMMIT, or just before it, with ``ConnectionLost`` (what a held connection cut at COMMIT
-raises): the worker turns again at once. The partner answers 500 to everything; the test clock does
+raises): the worker turns again at once. So it does when PostgreSQL ends the turn to break a
+deadlock, where the cut raises the driver's error instead. The partner answers 500 to everything; the test clock does
 not move, so the retries are never due, and nothing sleeps."""
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+import asyncpg.exceptions
 import pytest
 from sqlalchemy import event, func, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from webhook_helpers import Receiver, Reply, room_claimed, settings
 
@@ -35,15 +38,27 @@ from service.webhooks.partners import NewPartner, create_partner
 from service.webhooks.settle import Settlement
 
 EVENTS = 3  # fewer than the failures that open a circuit (5): each one counts
+DRAINED_WITHIN = 60.0  # seconds: a drain that waited for the poll interval (an hour) fails
+
+
+def _deadlocked() -> Exception:
+    """What the driver raises when PostgreSQL ends a transaction to break a deadlock, as SQLAlchemy
+    wraps it (tests/test_scale_races.py holds it to a real one)."""
+    deadlock = asyncpg.exceptions.DeadlockDetectedError("deadlock detected")
+    return DBAPIError("UPDATE deliveries ...", {}, deadlock)
 
 
 class _Cut(HeldConnection):
     """The worker's held connection, cutting the first transaction that logs attempts (``logging``,
-    set by the test) once: ``after`` its COMMIT, which lands, or before it, which never comes."""
+    set by the test) once: ``after`` its COMMIT, which lands, or before it, which never comes (with
+    ``error``: ``ConnectionLost`` unless given)."""
 
-    def __init__(self, engine: AsyncEngine, *, after: bool) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, after: bool, error: Callable[[], Exception] | None = None
+    ) -> None:
         super().__init__(engine)
         self.after = after
+        self.error = error or (lambda: ConnectionLost("cut before COMMIT"))
         self.logging = False
         self.cut = False
 
@@ -52,7 +67,7 @@ class _Cut(HeldConnection):
         async with super().transaction() as conn:
             yield conn
             if not self.after and self._due():
-                raise ConnectionLost("cut before COMMIT")
+                raise self.error()
         if self.after and self._due():
             raise ConnectionLost("cut after COMMIT: the answer was lost")
 
@@ -79,7 +94,12 @@ def _reads_claims(statement: str) -> bool:
 
 
 async def _run(
-    database_url: str, clock: ManualClock, *, after: bool, monkeypatch: pytest.MonkeyPatch
+    database_url: str,
+    clock: ManualClock,
+    *,
+    after: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    error: Callable[[], Exception] | None = None,
 ) -> Outcome:
     outcome = Outcome()
     config = Settings(database_url=database_url, **settings())
@@ -96,7 +116,7 @@ async def _run(
         outcome.reads += _reads_claims(sql)
 
     monkeypatch.setattr(settle, "record", noted)
-    cut = _Cut(engine, after=after)
+    cut = _Cut(engine, after=after, error=error)
     try:
         with Receiver(Reply(status=500)) as receiver:
             async with engine.begin() as conn:
@@ -109,7 +129,10 @@ async def _run(
             event.listen(engine.sync_engine, "before_cursor_execute", statement)
             async with wiring.worker(engine, config, clock=clock, concurrency=4) as worker:
                 worker.connection = cut
-                await worker.drain()
+                # A turn that failed waits this long before the next unless it turns again at once;
+                # bounded here so that a wait fails the test rather than hanging it.
+                worker.poll_interval = 3600
+                await asyncio.wait_for(worker.drain(), DRAINED_WITHIN)
             event.remove(engine.sync_engine, "before_cursor_execute", statement)
             outcome.sent = Counter(request.headers["webhook-id"] for request in receiver.requests)
         async with engine.connect() as conn:
@@ -159,3 +182,26 @@ def test_a_turn_that_failed_before_its_commit_is_logged_once_by_the_next_after_r
     failed, next_turn = outcome.logged[0], outcome.logged[1]
     assert set(failed) <= set(next_turn), "records of a turn rolled back were not logged by the next"
     assert outcome.reads == 1
+
+
+def test_a_turn_postgresql_rolled_back_turns_again_at_once_and_logs_its_records_once(
+    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first turn that logs attempts is ended by PostgreSQL to break a deadlock (a partner's
+    removal met it): nothing of it was written. The worker turns again at once, not after its poll
+    interval as after an outage, with a warning and no error logged, and the next turn logs every
+    record once."""
+    with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
+        run = _run(database_url, clock, after=False, monkeypatch=monkeypatch, error=_deadlocked)
+        outcome = asyncio.run(run)
+    assert sum(outcome.sent.values()) == EVENTS and set(outcome.sent.values()) == {1}
+    assert outcome.rows == outcome.sent
+    assert outcome.failures == EVENTS
+    assert outcome.settled == [("pending", 1)] * EVENTS
+    failed, next_turn = outcome.logged[0], outcome.logged[1]
+    assert set(failed) <= set(next_turn)
+    lines = [(entry.levelname, entry.getMessage()) for entry in caplog.records]
+    assert [line for line in lines if "rolled a turn back" in line[1]] == [
+        ("WARNING", "the database rolled a turn back for another transaction; turning again")
+    ]
+    assert not [line for line in lines if line[0] in ("ERROR", "CRITICAL")], lines

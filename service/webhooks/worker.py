@@ -411,6 +411,7 @@ class Worker:
         """
         loop = asyncio.get_running_loop()
         last_claim = -float("inf")
+        rolled_back_last = False  # the last turn was one PostgreSQL rolled back
         while not self._stopping:
             self.last_turn = time.monotonic()
             if self._woken or loop.time() - last_claim >= self.poll_interval:
@@ -437,13 +438,22 @@ class Worker:
                 # on a fresh one (pinged at checkout), and fails as below if the database is down.
                 log.warning("the database ended the connection held between turns; turning again")
                 continue
-            except Exception:
+            except Exception as error:
+                if faults.rolled_back(error) and not rolled_back_last:
+                    # Ended to break a deadlock (a partner's removal met it) or a serialization
+                    # conflict: nothing of it was written, its records are kept, and the other
+                    # transaction has gone on. A fault of the moment, not of the database: the turn
+                    # runs again at once, and waits as below only should that be ended too.
+                    rolled_back_last = True
+                    log.warning("the database rolled a turn back for another transaction; turning again")
+                    continue
                 log.exception("the outbox is unreachable; trying again shortly")
                 self._drop_stale_records()
                 await self._pause(self.poll_interval)
                 continue
             finally:
                 self._turning = False
+            rolled_back_last = False
             self._turn_seconds = loop.time() - began
             if turn.claim:
                 last_claim, self._drained = loop.time(), len(jobs) < turn.claim
