@@ -232,10 +232,13 @@ async def test_a_publish_fanning_out_does_not_wait_for_a_turn_holding_its_partne
         assert (await publish)["deliveries"] == 2
         async with engine.connect() as other:
             second = asyncio.ensure_future(partner_store.lock_standing(other, ids))
-            await _until(lambda: _lock_waiters(engine, "transactionid"), "the second turn's wait")
-            assert not second.done()
-            await turn.commit()
-            assert set(await second) == set(ids)
+            try:
+                await _until(lambda: _lock_waiters(engine, "transactionid"), "the second turn's wait")
+                assert not second.done()
+                await turn.commit()
+                assert set(await second) == set(ids)
+            finally:
+                second.cancel()  # when an assertion failed: nothing waits on it past the test
     finally:
         await turn.close()
         if publish is not None and not publish.done():  # the turn's locks went with it

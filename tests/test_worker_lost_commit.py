@@ -8,8 +8,10 @@ that failed before its COMMIT still holds them, and its attempts are logged as b
 The cut is the worker's held connection, made to fail the first turn that logs attempts just after
 its COMMIT, or just before it, with ``ConnectionLost`` (what a held connection cut at COMMIT
 raises): the worker turns again at once. So it does when PostgreSQL ends the turn to break a
-deadlock, where the cut raises the driver's error instead. The partner answers 500 to everything; the test clock does
-not move, so the retries are never due, and nothing sleeps."""
+deadlock, where the cut raises the driver's error instead (nothing was written: the next turn logs
+the records without a look, even when the removal that ended the turn has taken their claims). The
+partner answers 500 to everything; the test clock does not move, so the retries are never due, and
+nothing sleeps but the worker's own 10 ms poll interval after two deadlocks in a row."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg.exceptions
@@ -34,7 +36,7 @@ from service.events import parse_event
 from service.keyring import load_keyring
 from service.settings import Settings
 from service.webhooks import outbox, settle, wiring
-from service.webhooks.partners import NewPartner, create_partner
+from service.webhooks.partners import NewPartner, create_partner, remove_partner
 from service.webhooks.settle import Settlement
 
 EVENTS = 3  # fewer than the failures that open a circuit (5): each one counts
@@ -49,31 +51,51 @@ def _deadlocked() -> Exception:
 
 
 class _Cut(HeldConnection):
-    """The worker's held connection, cutting the first transaction that logs attempts (``logging``,
-    set by the test) once: ``after`` its COMMIT, which lands, or before it, which never comes (with
-    ``error``: ``ConnectionLost`` unless given)."""
+    """The worker's held connection, cutting the first ``cuts`` transactions that log attempts
+    (``logging``, set by the test): ``after`` their COMMIT, which lands, or before it, which never
+    comes (with ``error``: ``ConnectionLost`` unless given). ``meanwhile`` runs once, after the
+    first cut before a COMMIT has been rolled back: another transaction that went on."""
 
     def __init__(
-        self, engine: AsyncEngine, *, after: bool, error: Callable[[], Exception] | None = None
+        self,
+        engine: AsyncEngine,
+        *,
+        after: bool,
+        error: Callable[[], Exception] | None = None,
+        cuts: int = 1,
+        meanwhile: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         super().__init__(engine)
         self.after = after
         self.error = error or (lambda: ConnectionLost("cut before COMMIT"))
+        self.cuts = cuts
+        self.meanwhile = meanwhile
         self.logging = False
-        self.cut = False
+        self.made = 0
+
+    @property
+    def cut(self) -> bool:
+        return self.made == self.cuts
 
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[AsyncConnection]:
-        async with super().transaction() as conn:
-            yield conn
-            if not self.after and self._due():
-                raise self.error()
+        cutting = False
+        try:
+            async with super().transaction() as conn:
+                yield conn
+                if not self.after and self._due():
+                    cutting = True
+                    raise self.error()
+        finally:
+            if cutting and self.meanwhile is not None:
+                meanwhile, self.meanwhile = self.meanwhile, None
+                await meanwhile()
         if self.after and self._due():
             raise ConnectionLost("cut after COMMIT: the answer was lost")
 
     def _due(self) -> bool:
-        due = self.logging and not self.cut
-        self.cut |= due
+        due = self.logging and self.made < self.cuts
+        self.made += due
         return due
 
 
@@ -100,6 +122,9 @@ async def _run(
     after: bool,
     monkeypatch: pytest.MonkeyPatch,
     error: Callable[[], Exception] | None = None,
+    cuts: int = 1,
+    removed_meanwhile: bool = False,
+    poll_interval: float = 3600,
 ) -> Outcome:
     outcome = Outcome()
     config = Settings(database_url=database_url, **settings())
@@ -115,13 +140,17 @@ async def _run(
     def statement(_conn: Any, _cursor: Any, sql: str, *_: Any) -> None:
         outcome.reads += _reads_claims(sql)
 
+    async def remove() -> None:  # what a partner's removal does, its claims taken
+        async with engine.begin() as conn:
+            await remove_partner(conn, partner.id, now=clock())
+
     monkeypatch.setattr(settle, "record", noted)
-    cut = _Cut(engine, after=after, error=error)
+    cut = _Cut(engine, after=after, error=error, cuts=cuts, meanwhile=remove if removed_meanwhile else None)
     try:
         with Receiver(Reply(status=500)) as receiver:
             async with engine.begin() as conn:
                 new = NewPartner("p", receiver.url("/p"), None, EVENTS)
-                await create_partner(conn, new, now=clock(), keyring=load_keyring(config))
+                partner = await create_partner(conn, new, now=clock(), keyring=load_keyring(config))
             for index in range(EVENTS):
                 await outbox.publish_event(
                     engine, parse_event(room_claimed(f"room-{index}"), now=clock()), now=clock()
@@ -129,9 +158,9 @@ async def _run(
             event.listen(engine.sync_engine, "before_cursor_execute", statement)
             async with wiring.worker(engine, config, clock=clock, concurrency=4) as worker:
                 worker.connection = cut
-                # A turn that failed waits this long before the next unless it turns again at once;
-                # bounded here so that a wait fails the test rather than hanging it.
-                worker.poll_interval = 3600
+                # A turn that failed waits this long before the next unless it turns again at once
+                # (an hour unless given); bounded here so that a wait fails the test, never hangs it.
+                worker.poll_interval = poll_interval
                 await asyncio.wait_for(worker.drain(), DRAINED_WITHIN)
             event.remove(engine.sync_engine, "before_cursor_execute", statement)
             outcome.sent = Counter(request.headers["webhook-id"] for request in receiver.requests)
@@ -184,7 +213,7 @@ def test_a_turn_that_failed_before_its_commit_is_logged_once_by_the_next_after_r
     assert outcome.reads == 1
 
 
-def test_a_turn_postgresql_rolled_back_turns_again_at_once_and_logs_its_records_once(
+def test_a_turn_the_database_rolled_back_turns_again_at_once_and_logs_its_records_once(
     database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The first turn that logs attempts is ended by PostgreSQL to break a deadlock (a partner's
@@ -205,3 +234,74 @@ def test_a_turn_postgresql_rolled_back_turns_again_at_once_and_logs_its_records_
         ("WARNING", "the database rolled a turn back for another transaction; turning again")
     ]
     assert not [line for line in lines if line[0] in ("ERROR", "CRITICAL")], lines
+
+
+def test_attempts_of_a_turn_rolled_back_for_a_partners_removal_are_logged_though_it_took_their_claims(
+    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turn logging the attempts meets the partner's removal and is ended to break the
+    deadlock; the removal commits, taking the deliveries' claims. The turn run again logs every
+    attempt sent (they reached the partner), and settles none: the deliveries stay cancelled.
+    Before, the next turn took them for a turn whose commit had landed and dropped them unlogged."""
+    with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
+        run = _run(
+            database_url, clock, after=False, monkeypatch=monkeypatch, error=_deadlocked,
+            removed_meanwhile=True,
+        )  # fmt: skip
+        outcome = asyncio.run(run)
+    assert sum(outcome.sent.values()) == EVENTS and set(outcome.sent.values()) == {1}
+    assert outcome.rows == outcome.sent
+    assert outcome.settled == [("cancelled", 0)] * EVENTS
+    assert not [entry for entry in caplog.records if "not logged again" in entry.getMessage()]
+    assert outcome.reads == 0  # nothing was uncertain: a rollback wrote nothing
+
+
+def test_a_second_turn_rolled_back_in_a_row_waits_as_after_an_outage(
+    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two turns in a row ended by the database: the first runs again at once, the second waits
+    the poll interval (here 10 ms) with a warning and its traceback; the next logs every record once."""
+    with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
+        run = _run(
+            database_url, clock, after=False, monkeypatch=monkeypatch, error=_deadlocked, cuts=2,
+            poll_interval=0.01,
+        )  # fmt: skip
+        outcome = asyncio.run(run)
+    assert outcome.rows == outcome.sent and sum(outcome.sent.values()) == EVENTS
+    assert outcome.settled == [("pending", 1)] * EVENTS
+    lines = [(entry.levelname, entry.getMessage(), entry.exc_info is not None) for entry in caplog.records]
+    assert [line for line in lines if "rolled" in line[1]] == [
+        ("WARNING", "the database rolled a turn back for another transaction; turning again", False),
+        ("WARNING", "the database rolled back two turns in a row; trying again shortly", True),
+    ]
+    assert not [line for line in lines if line[0] in ("ERROR", "CRITICAL")], lines
+
+
+def test_the_last_turn_on_stopping_runs_once_more_when_the_database_rolled_it_back(
+    database_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Stopping, the worker logs what finished in a last turn; one the database ended to break a
+    deadlock runs once more (its attempts would otherwise go out again when their leases end)."""
+    calls: list[int] = []
+
+    async def stop_with_a_rolled_back_last_turn() -> None:
+        engine = create_engine(database_url)
+        try:
+            worker = wiring.worker(engine, Settings(database_url=database_url, **settings()), clock=clock)
+            real = worker._turn
+
+            async def turn(claim: int) -> Any:
+                calls.append(claim)
+                if len(calls) == 1:
+                    raise _deadlocked()
+                return await real(claim)
+
+            worker._turn = turn  # type: ignore[method-assign]
+            await worker._final_turn()
+        finally:
+            await engine.dispose()
+
+    with caplog.at_level(logging.WARNING):
+        asyncio.run(stop_with_a_rolled_back_last_turn())
+    assert calls == [0, 0]
+    assert not [entry for entry in caplog.records if entry.levelno >= logging.ERROR]

@@ -439,7 +439,8 @@ class Worker:
                 log.warning("the database ended the connection held between turns; turning again")
                 continue
             except Exception as error:
-                if faults.rolled_back(error) and not rolled_back_last:
+                rolled_back = faults.rolled_back(error)
+                if rolled_back and not rolled_back_last:
                     # Ended to break a deadlock (a partner's removal met it) or a serialization
                     # conflict: nothing of it was written, its records are kept, and the other
                     # transaction has gone on. A fault of the moment, not of the database: the turn
@@ -447,7 +448,12 @@ class Worker:
                     rolled_back_last = True
                     log.warning("the database rolled a turn back for another transaction; turning again")
                     continue
-                log.exception("the outbox is unreachable; trying again shortly")
+                rolled_back_last = False
+                if rolled_back:
+                    again = "the database rolled back two turns in a row; trying again shortly"
+                    log.warning(again, exc_info=True)
+                else:
+                    log.exception("the outbox is unreachable; trying again shortly")
                 self._drop_stale_records()
                 await self._pause(self.poll_interval)
                 continue
@@ -669,7 +675,7 @@ class Worker:
 
     async def _final_turn(self) -> None:
         try:
-            await self._turn(0)
+            await faults.once_more_if_rolled_back(lambda: self._turn(0), "the last turn")
         except Exception:
             log.exception("logging the last attempts failed; their leases will expire")
 
@@ -709,9 +715,12 @@ class Worker:
                 _, jobs = await self._turn(claim)
                 return len(records), jobs
             # Logged next turn, their claims holding meanwhile. The commit may have landed even so,
-            # its answer lost: the next turn first looks which still hold their claims.
+            # its answer lost: the next turn first looks which still hold their claims. Not after a
+            # rollback, which wrote nothing: a partner's removal that ended the turn has taken
+            # their claims, and the look would drop attempts that were sent and never logged.
             self._records[:0] = records
-            self._uncertain = {record.job.delivery_id for record in records}
+            putback = {record.job.delivery_id for record in records}
+            self._uncertain = uncertain & putback if faults.rolled_back(error) else putback
             self._expired[:0] = expired
             self._handing.update(handing)
             self._answering |= answering
@@ -814,9 +823,11 @@ class Worker:
                         await partners.apply(conn, recorded.effects, now=self.clock())
                 except Exception as error:
                     if not refused_rows(error):
-                        left = records[index:]
-                        self._records[:0] = left
-                        self._uncertain |= {each.job.delivery_id for each in left}
+                        # Only this record's commit may have landed (a rollback wrote nothing);
+                        # the records after it were never tried.
+                        self._records[:0] = records[index:]
+                        if not faults.rolled_back(error):
+                            self._uncertain.add(record.job.delivery_id)
                         raise
                     continue
                 if attempt is not record:
