@@ -1,8 +1,9 @@
 """Races between processes sharing one database, on PostgreSQL where they happen.
 
-- A partner's removal and a worker's turn lock the same rows in opposite orders: PostgreSQL breaks
-  the deadlock by ending one transaction, the removal runs once more, and a deadlock or
-  serialization failure that stands is a moment's fault (503, exit status 1), never a 500.
+- A partner's removal and a worker's turn lock the partner's row before its deliveries: one waits
+  for the other. Two transactions locking them in opposite orders deadlock: PostgreSQL ends one,
+  a removal runs once more, and a deadlock or serialization failure that stands is a moment's
+  fault (503, exit status 1), never a 500.
 - A publish storing deliveries for partners whose rows a worker's turn holds does not wait for it.
 - A publish racing a removal may leave a delivery waiting for a removed partner: the hourly
   retention pass cancels it.
@@ -37,13 +38,17 @@ from service.cli import main
 from service.clock import ManualClock
 from service.db.engine import MIGRATE_LOCK, create_engine
 from service.db.faults import rolled_back, unavailable
-from service.db.tables import deliveries, events, partners
+from service.db.tables import deliveries, delivery_attempts, events, partners
 from service.events import parse_event
+from service.keyring import load_keyring
 from service.settings import Settings
-from service.states import DeliveryStatus, PartnerStatus
-from service.webhooks import outbox, retention, stats, wiring
+from service.states import AttemptOutcome, DeliveryStatus, PartnerStatus
+from service.webhooks import outbox, retention, settle, stats, wiring
 from service.webhooks import partners as partner_store
+from service.webhooks.breaker import BreakerPolicy
+from service.webhooks.claim import claim_due
 from service.webhooks.operations import Operations
+from service.webhooks.settle import Settlement
 from service.webhooks.stats import Waiting
 from tests.conftest import POSTGRES_URL, RUN_ID
 from tests.scratch import admin_execute
@@ -168,13 +173,63 @@ async def test_a_deadlock_or_a_serialization_failure_is_the_storage_unavailable_
     assert not unavailable(other.value) and not rolled_back(other.value)
 
 
+async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_deadlock(
+    engine: AsyncEngine, operations: Operations, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The removal locks the partner's row, then its deliveries; settle.record locks the partners'
+    rows before any delivery's, the same order, so one waits for the other. A removal coming just
+    as the turn begins to settle goes through at once; the turn's attempt is logged, and the
+    delivery stays cancelled. When the turn locked its partners only after settling, the removal
+    waited there for the delivery the turn had just settled, and the turn's lock closed the circle:
+    PostgreSQL ended one of the two (the test below)."""
+    partner = await operations.onboard({"name": "Gone", "url": "http://127.0.0.1:9/hook"})
+    await operations.publish(room_claimed("meeting"))
+    async with engine.begin() as conn:
+        [job] = await claim_due(
+            conn, now=clock(), limit=10, lease=timedelta(seconds=30), default_cap=8,
+            keyring=load_keyring(operations.settings),
+        )  # fmt: skip
+    met: list[tuple[asyncio.Future[Any], str]] = []
+    lock_standing = settle.lock_standing
+
+    async def removal_meets_the_turn(conn: AsyncConnection, partner_ids: Any) -> Any:
+        """The removal begins as the turn locks its partners' rows; the turn goes on once the
+        removal is done, or waits for a lock."""
+        removal = asyncio.ensure_future(operations.remove(partner["id"]))
+
+        async def removed_or_waiting() -> str | None:
+            if removal.done():
+                return "removed"
+            return "waiting for the turn" if await _lock_waiters(engine, "transactionid") else None
+
+        met.append((removal, await _until(removed_or_waiting, "the removal or its wait")))
+        return await lock_standing(conn, partner_ids)
+
+    monkeypatch.setattr(settle, "lock_standing", removal_meets_the_turn)
+    attempt = Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
+    try:
+        async with engine.begin() as turn:
+            await settle.record(turn, [attempt], breaker=BreakerPolicy())
+    finally:
+        for removal, _ in met:
+            with contextlib.suppress(Exception):
+                await removal
+    [(removal, seen)] = met
+    assert seen == "removed"
+    assert removal.result() == {"partnerId": partner["id"], "cancelled": 1}
+    async with engine.connect() as conn:
+        assert await conn.scalar(select(deliveries.c.status)) == DeliveryStatus.CANCELLED
+        assert await conn.scalar(select(func.count()).select_from(delivery_attempts)) == 1
+
+
 async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_removes(
     engine: AsyncEngine, operations: Operations
 ) -> None:
-    """The turn locks a delivery it settles, then the partner's row (settle.record, then
-    partners.lock_standing); the removal locks the partner's row, then its deliveries. Met in
-    between, PostgreSQL ends the removal, which waited first; run again, it waits for the turn and
-    removes the partner."""
+    """A transaction locking a delivery, then its partner's row (the order a worker's turn took
+    before it locked its partners first, the test above) meets the removal, which locks the
+    partner's row, then its deliveries. Met in between, PostgreSQL ends the removal, which waited
+    first; run again, it waits for the other and removes the partner. Any deadlock that still
+    comes (none of the service's transactions is known to close one) costs one more run."""
     partner = await operations.onboard({"name": "Gone", "url": "http://127.0.0.1:9/hook"})
     await operations.publish(room_claimed("deadlock"))
     async with engine.begin() as conn:  # claimed by a worker, whose attempt has just answered
@@ -192,7 +247,7 @@ async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_remove
         removal = asyncio.ensure_future(operations.remove(partner["id"]))
         await _until(lambda: _lock_waiters(engine, "transactionid"), "the removal's wait for the delivery")
         assert not removal.done()
-        # The turn goes on to its partners' rows, which the removal holds: a deadlock, which
+        # It goes on to the partner's row, which the removal holds: a deadlock, which
         # PostgreSQL breaks by ending the removal (its wait began first).
         standing = await partner_store.lock_standing(turn, [partner["id"]])
         assert standing[partner["id"]].status is PartnerStatus.ACTIVE

@@ -216,10 +216,10 @@ def test_a_turn_that_failed_before_its_commit_is_logged_once_by_the_next_after_r
 def test_a_turn_the_database_rolled_back_turns_again_at_once_and_logs_its_records_once(
     database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The first turn that logs attempts is ended by PostgreSQL to break a deadlock (a partner's
-    removal met it): nothing of it was written. The worker turns again at once, not after its poll
-    interval as after an outage, with a warning and no error logged, and the next turn logs every
-    record once."""
+    """The first turn that logs attempts is ended by PostgreSQL to break a deadlock (another
+    transaction locked the same rows in another order): nothing of it was written. The worker
+    turns again at once, not after its poll interval as after an outage, with a warning and no
+    error logged, and the next turn logs every record once."""
     with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
         run = _run(database_url, clock, after=False, monkeypatch=monkeypatch, error=_deadlocked)
         outcome = asyncio.run(run)
@@ -239,8 +239,8 @@ def test_a_turn_the_database_rolled_back_turns_again_at_once_and_logs_its_record
 def test_attempts_of_a_turn_rolled_back_for_a_partners_removal_are_logged_though_it_took_their_claims(
     database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The turn logging the attempts meets the partner's removal and is ended to break the
-    deadlock; the removal commits, taking the deliveries' claims. The turn run again logs every
+    """The turn logging the attempts is ended to break a deadlock, and the partner's removal
+    commits meanwhile, taking the deliveries' claims. The turn run again logs every
     attempt sent (they reached the partner), and settles none: the deliveries stay cancelled.
     Before, the next turn took them for a turn whose commit had landed and dropped them unlogged."""
     with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):

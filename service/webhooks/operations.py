@@ -268,11 +268,10 @@ class Operations:
     async def remove(self, partner_id: str) -> Document:
         """Remove a partner: its secrets go, its undelivered deliveries are cancelled, never sent.
 
-        On PostgreSQL the removal locks the partner's row, then its deliveries; a worker's turn
-        locks the deliveries it settles, then their partners' rows. Meeting in between, the two
-        deadlock and PostgreSQL ends one of them: when it is the removal, it runs once more (the
-        turn has gone on, and the removal waits for it); a second deadlock answers 503
-        (``service.db.faults``). ``partners.remove_partner`` says why the order stays as it is."""
+        On PostgreSQL the removal locks the partner's row, then its deliveries, as a worker's turn
+        does (``settle.record``): one waits for the other. Should PostgreSQL end the removal to
+        break a deadlock all the same, it runs once more; a second answers 503
+        (``service.db.faults``). ``partners.remove_partner`` says why the order is as it is."""
 
         async def removal() -> int | None:
             async with self.engine.begin() as conn:

@@ -644,12 +644,10 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     The partner's row is changed first and its deliveries cancelled after, in a statement of its
     own, so the cancelling sees every delivery committed until then: a publish that read the
     partner as active before this committed may still add one after
-    (``retention.cancel_stranded`` cancels it within the hour). On PostgreSQL this order meets a
-    worker's turn the other way round (its deliveries, then their partner's row:
-    ``lock_standing``), and the two may deadlock. No order of this one avoids that: the turn
-    locks deliveries again after the partner's row (handing back, claiming, forming batches),
-    and cancelling first would let more publishes slip past. The caller runs the removal again
-    when PostgreSQL ends it to break a deadlock (``Operations.remove``).
+    (``retention.cancel_stranded`` cancels it within the hour). A worker's turn takes the same
+    order (``settle.record`` locks the partners' rows before settling any delivery), so on
+    PostgreSQL one waits for the other. Should PostgreSQL end the removal to break a deadlock all
+    the same, the caller runs it again (``Operations.remove``).
     """
     removed = await conn.execute(
         update(partners)

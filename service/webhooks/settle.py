@@ -211,9 +211,15 @@ class Recorded(NamedTuple):
 
 async def record(conn: AsyncConnection, records: Sequence[Settlement], *, breaker: BreakerPolicy) -> Recorded:
     """Log the attempts and settle their deliveries in the caller's transaction; what they do to
-    their partners, read under a lock on each partner's row (``partners.lock_standing``)."""
+    their partners, read under a lock on each partner's row (``partners.lock_standing``), taken
+    before any delivery's."""
     if not records:
         return Recorded([])
+    # The partners' rows first, before any delivery's, in the order every transaction that locks
+    # both takes them (a partner's removal, a resume): one waits for the other, and PostgreSQL
+    # never ends either to break a deadlock. Settling first, the turn deadlocked with a removal
+    # that had locked the partner's row and waited for the delivery the turn had just settled.
+    standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
     delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
@@ -236,7 +242,6 @@ async def record(conn: AsyncConnection, records: Sequence[Settlement], *, breake
     settled_batches = [record for record in records if record.job.batch]
     if settled_batches:
         await _follow_batches(conn, settled_batches)
-    standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
     return Recorded(effects(records, standing, breaker), superseded)
 
 

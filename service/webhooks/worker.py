@@ -441,10 +441,11 @@ class Worker:
             except Exception as error:
                 rolled_back = faults.rolled_back(error)
                 if rolled_back and not rolled_back_last:
-                    # Ended to break a deadlock (a partner's removal met it) or a serialization
-                    # conflict: nothing of it was written, its records are kept, and the other
-                    # transaction has gone on. A fault of the moment, not of the database: the turn
-                    # runs again at once, and waits as below only should that be ended too.
+                    # Ended to break a deadlock (another transaction locked the same rows in
+                    # another order) or a serialization conflict: nothing of it was written, its
+                    # records are kept, and the other transaction has gone on. A fault of the
+                    # moment, not of the database: the turn runs again at once, and waits as below
+                    # only should that be ended too.
                     rolled_back_last = True
                     log.warning("the database rolled a turn back for another transaction; turning again")
                     continue
@@ -716,8 +717,8 @@ class Worker:
                 return len(records), jobs
             # Logged next turn, their claims holding meanwhile. The commit may have landed even so,
             # its answer lost: the next turn first looks which still hold their claims. Not after a
-            # rollback, which wrote nothing: a partner's removal that ended the turn has taken
-            # their claims, and the look would drop attempts that were sent and never logged.
+            # rollback, which wrote nothing: the transaction that went on (a partner's removal)
+            # may have taken their claims, and the look would drop attempts sent and never logged.
             self._records[:0] = records
             putback = {record.job.delivery_id for record in records}
             self._uncertain = uncertain & putback if faults.rolled_back(error) else putback
