@@ -173,15 +173,21 @@ async def test_a_deadlock_or_a_serialization_failure_is_the_storage_unavailable_
     assert not unavailable(other.value) and not rolled_back(other.value)
 
 
+@pytest.mark.parametrize("turn_first", [False, True], ids=["removal-first", "turn-first"])
 async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_deadlock(
-    engine: AsyncEngine, operations: Operations, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+    engine: AsyncEngine,
+    operations: Operations,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    turn_first: bool,
 ) -> None:
     """The removal locks the partner's row, then its deliveries; settle.record locks the partners'
     rows before any delivery's, the same order, so one waits for the other. A removal coming just
-    as the turn begins to settle goes through at once; the turn's attempt is logged, and the
-    delivery stays cancelled. When the turn locked its partners only after settling, the removal
-    waited there for the delivery the turn had just settled, and the turn's lock closed the circle:
-    PostgreSQL ended one of the two (the test below)."""
+    as the turn begins to settle goes through at once, and the turn's attempt is logged while the
+    delivery stays cancelled; one coming once the turn holds the partner's row waits for the turn,
+    which settles the delivery, and cancels nothing. When the turn locked its partners only after
+    settling, the removal waited for the delivery the turn had just settled, and the turn's lock
+    closed the circle: PostgreSQL ended one of the two (the test below)."""
     partner = await operations.onboard({"name": "Gone", "url": "http://127.0.0.1:9/hook"})
     await operations.publish(room_claimed("meeting"))
     async with engine.begin() as conn:
@@ -192,9 +198,7 @@ async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_d
     met: list[tuple[asyncio.Future[Any], str]] = []
     lock_standing = settle.lock_standing
 
-    async def removal_meets_the_turn(conn: AsyncConnection, partner_ids: Any) -> Any:
-        """The removal begins as the turn locks its partners' rows; the turn goes on once the
-        removal is done, or waits for a lock."""
+    async def meet() -> None:
         removal = asyncio.ensure_future(operations.remove(partner["id"]))
 
         async def removed_or_waiting() -> str | None:
@@ -203,7 +207,16 @@ async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_d
             return "waiting for the turn" if await _lock_waiters(engine, "transactionid") else None
 
         met.append((removal, await _until(removed_or_waiting, "the removal or its wait")))
-        return await lock_standing(conn, partner_ids)
+
+    async def removal_meets_the_turn(conn: AsyncConnection, partner_ids: Any) -> Any:
+        """The removal begins as the turn locks its partners' rows, or just after; the turn goes on
+        once the removal is done, or waits for a lock."""
+        if not turn_first:
+            await meet()
+        standing = await lock_standing(conn, partner_ids)
+        if turn_first:
+            await meet()
+        return standing
 
     monkeypatch.setattr(settle, "lock_standing", removal_meets_the_turn)
     attempt = Settlement(job, clock(), 5, 200, None, "ok", AttemptOutcome.DELIVERED, clock())
@@ -215,11 +228,13 @@ async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_d
             with contextlib.suppress(Exception):
                 await removal
     [(removal, seen)] = met
-    assert seen == "removed"
-    assert removal.result() == {"partnerId": partner["id"], "cancelled": 1}
+    assert seen == ("waiting for the turn" if turn_first else "removed")
+    assert removal.result() == {"partnerId": partner["id"], "cancelled": 0 if turn_first else 1}
     async with engine.connect() as conn:
-        assert await conn.scalar(select(deliveries.c.status)) == DeliveryStatus.CANCELLED
+        status = DeliveryStatus.DELIVERED if turn_first else DeliveryStatus.CANCELLED
+        assert await conn.scalar(select(deliveries.c.status)) == status
         assert await conn.scalar(select(func.count()).select_from(delivery_attempts)) == 1
+        assert await conn.scalar(select(partners.c.status)) == PartnerStatus.REMOVED
 
 
 async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_removes(
@@ -228,8 +243,8 @@ async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_remove
     """A transaction locking a delivery, then its partner's row (the order a worker's turn took
     before it locked its partners first, the test above) meets the removal, which locks the
     partner's row, then its deliveries. Met in between, PostgreSQL ends the removal, which waited
-    first; run again, it waits for the other and removes the partner. Any deadlock that still
-    comes (none of the service's transactions is known to close one) costs one more run."""
+    first; run again, it waits for the other and removes the partner. A turn claiming or handing
+    back the partner's deliveries (without its row) may still meet a removal so."""
     partner = await operations.onboard({"name": "Gone", "url": "http://127.0.0.1:9/hook"})
     await operations.publish(room_claimed("deadlock"))
     async with engine.begin() as conn:  # claimed by a worker, whose attempt has just answered

@@ -85,6 +85,46 @@ async def _recorded(engine: Any, records: list[Settlement], statement: str | tup
     return ran
 
 
+def test_settling_reads_its_partners_first_on_postgresql_and_after_its_first_write_on_sqlite(
+    database_url: str, clock: Any
+) -> None:
+    """On PostgreSQL ``settle.record`` locks its partners' rows before any delivery's, the order a
+    partner's removal takes, so the two wait for each other instead of deadlocking. On SQLite it
+    reads them after its first write, which takes the database's write lock: read before it, a
+    removal committing meanwhile would go unseen, and the attempts' effects (a pause) would be
+    written over the removed partner."""
+    from sqlalchemy import event
+
+    from service.webhooks.breaker import BreakerPolicy
+
+    async def scenario() -> tuple[str, list[str]]:
+        engine = create_engine(database_url)
+        jobs = await _claimed(engine, clock, "ordered", 2)
+        delivered = AttemptOutcome.DELIVERED
+        records = [Settlement(job, clock(), 5, 200, None, "ok", delivered, clock()) for job in jobs]
+        ran: list[str] = []
+
+        def seen(conn: Any, cursor: Any, statement: str, *_: Any) -> None:
+            words = " ".join(statement.split()).upper()
+            if words.startswith("UPDATE DELIVERIES"):
+                ran.append("deliveries")
+            elif words.startswith("SELECT") and " FROM PARTNERS " in f"{words} ":
+                ran.append("partners")
+
+        event.listen(engine.sync_engine, "before_cursor_execute", seen)
+        try:
+            async with engine.begin() as conn:
+                await settle.record(conn, records, breaker=BreakerPolicy())
+        finally:
+            event.remove(engine.sync_engine, "before_cursor_execute", seen)
+            await engine.dispose()
+        return engine.dialect.name, ran
+
+    dialect, ran = asyncio.run(scenario())
+    expected = ["partners", "deliveries"] if dialect == "postgresql" else ["deliveries", "partners"]
+    assert ran == expected
+
+
 @pytest.mark.parametrize("hanging", [1, 10])
 def test_hanging_partners_do_not_hold_up_a_healthy_one(database_url: str, clock: Any, hanging: int) -> None:
     """With K partners that never answer in time, a healthy partner still gets every event at once,

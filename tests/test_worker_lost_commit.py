@@ -54,7 +54,7 @@ class _Cut(HeldConnection):
     """The worker's held connection, cutting the first ``cuts`` transactions that log attempts
     (``logging``, set by the test): ``after`` their COMMIT, which lands, or before it, which never
     comes (with ``error``: ``ConnectionLost`` unless given). ``meanwhile`` runs once, after the
-    first cut before a COMMIT has been rolled back: another transaction that went on."""
+    last cut before a COMMIT has been rolled back: another transaction that went on."""
 
     def __init__(
         self,
@@ -87,7 +87,7 @@ class _Cut(HeldConnection):
                     cutting = True
                     raise self.error()
         finally:
-            if cutting and self.meanwhile is not None:
+            if cutting and self.made == self.cuts and self.meanwhile is not None:
                 meanwhile, self.meanwhile = self.meanwhile, None
                 await meanwhile()
         if self.after and self._due():
@@ -236,16 +236,28 @@ def test_a_turn_the_database_rolled_back_turns_again_at_once_and_logs_its_record
     assert not [line for line in lines if line[0] in ("ERROR", "CRITICAL")], lines
 
 
+@pytest.mark.parametrize("cut_first", [False, True], ids=["rolled-back", "cut-then-rolled-back"])
 def test_attempts_of_a_turn_rolled_back_for_a_partners_removal_are_logged_though_it_took_their_claims(
-    database_url: str, clock: ManualClock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    database_url: str,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    cut_first: bool,
 ) -> None:
     """The turn logging the attempts is ended to break a deadlock, and the partner's removal
-    commits meanwhile, taking the deliveries' claims. The turn run again logs every
-    attempt sent (they reached the partner), and settles none: the deliveries stay cancelled.
-    Before, the next turn took them for a turn whose commit had landed and dropped them unlogged."""
+    commits meanwhile, taking the deliveries' claims. The turn run again logs every attempt sent
+    (they reached the partner), and settles none: the deliveries stay cancelled. Before, the next
+    turn took them for a turn whose commit had landed and dropped them unlogged. So too when a cut
+    before COMMIT left them in doubt first: the turn rolled back had looked, and found their claims
+    held (none logged); the turn after does not look again."""
+    errors = iter([ConnectionLost("cut before COMMIT")] if cut_first else [])
+
+    def error() -> Exception:
+        return next(errors, None) or _deadlocked()
+
     with caplog.at_level(logging.INFO, logger="service.webhooks.worker"):
         run = _run(
-            database_url, clock, after=False, monkeypatch=monkeypatch, error=_deadlocked,
+            database_url, clock, after=False, monkeypatch=monkeypatch, error=error, cuts=1 + cut_first,
             removed_meanwhile=True,
         )  # fmt: skip
         outcome = asyncio.run(run)
@@ -253,7 +265,7 @@ def test_attempts_of_a_turn_rolled_back_for_a_partners_removal_are_logged_though
     assert outcome.rows == outcome.sent
     assert outcome.settled == [("cancelled", 0)] * EVENTS
     assert not [entry for entry in caplog.records if "not logged again" in entry.getMessage()]
-    assert outcome.reads == 0  # nothing was uncertain: a rollback wrote nothing
+    assert outcome.reads == cut_first  # by the turn after the cut alone: a rollback wrote nothing
 
 
 def test_a_second_turn_rolled_back_in_a_row_waits_as_after_an_outage(

@@ -269,8 +269,9 @@ class Operations:
         """Remove a partner: its secrets go, its undelivered deliveries are cancelled, never sent.
 
         On PostgreSQL the removal locks the partner's row, then its deliveries, as a worker's turn
-        does (``settle.record``): one waits for the other. Should PostgreSQL end the removal to
-        break a deadlock all the same, it runs once more; a second answers 503
+        settling the partner's attempts does (``settle.record``): one waits for the other. A turn
+        claiming or handing back the partner's deliveries may still deadlock with it; when
+        PostgreSQL ends the removal, it runs once more, and a second answers 503
         (``service.db.faults``). ``partners.remove_partner`` says why the order is as it is."""
 
         async def removal() -> int | None:

@@ -644,10 +644,12 @@ async def remove_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     The partner's row is changed first and its deliveries cancelled after, in a statement of its
     own, so the cancelling sees every delivery committed until then: a publish that read the
     partner as active before this committed may still add one after
-    (``retention.cancel_stranded`` cancels it within the hour). A worker's turn takes the same
-    order (``settle.record`` locks the partners' rows before settling any delivery), so on
-    PostgreSQL one waits for the other. Should PostgreSQL end the removal to break a deadlock all
-    the same, the caller runs it again (``Operations.remove``).
+    (``retention.cancel_stranded`` cancels it within the hour). A worker's turn settling the
+    partner's attempts takes the same order (``settle.record`` locks the partners' rows first), so
+    on PostgreSQL one waits for the other. What else a turn does locks a partner's deliveries, and
+    its expired secrets, without its row (handing back, claiming, forming batches); meeting one
+    of those, the two may still deadlock, and the caller runs the removal again when PostgreSQL
+    ends it (``Operations.remove``).
     """
     removed = await conn.execute(
         update(partners)
@@ -695,7 +697,9 @@ _STANDING = select(
 # with a publish storing a delivery for the partner (the foreign key's check takes FOR KEY SHARE,
 # which only FOR UPDATE refuses). Under FOR UPDATE a publish fanning out to two partners in one
 # order and a turn locking them in the other deadlocked, and PostgreSQL ended the publish: a 503.
-_STANDING_LOCKED = _STANDING.with_for_update(key_share=True)
+# In the order of their ids (PostgreSQL locks the rows after sorting them), whatever order they lie
+# in: two turns settling the same partners take them in the same order.
+_STANDING_LOCKED = _STANDING.order_by(partners.c.id).with_for_update(key_share=True)
 
 
 async def lock_standing(conn: AsyncConnection, partner_ids: Sequence[str]) -> dict[str, Standing]:

@@ -212,14 +212,16 @@ class Recorded(NamedTuple):
 async def record(conn: AsyncConnection, records: Sequence[Settlement], *, breaker: BreakerPolicy) -> Recorded:
     """Log the attempts and settle their deliveries in the caller's transaction; what they do to
     their partners, read under a lock on each partner's row (``partners.lock_standing``), taken
-    before any delivery's."""
+    before any delivery's on PostgreSQL."""
     if not records:
         return Recorded([])
-    # The partners' rows first, before any delivery's, in the order every transaction that locks
-    # both takes them (a partner's removal, a resume): one waits for the other, and PostgreSQL
-    # never ends either to break a deadlock. Settling first, the turn deadlocked with a removal
-    # that had locked the partner's row and waited for the delivery the turn had just settled.
-    standing = await lock_standing(conn, sorted({record.job.partner_id for record in records}))
+    partner_ids = sorted({record.job.partner_id for record in records})
+    # On PostgreSQL the partners' rows first, before any delivery's, the order a partner's removal
+    # and a resume take (its row, then its deliveries): one waits for the other. Settling first,
+    # the turn deadlocked with a removal that had locked the partner's row and waited for the
+    # delivery the turn had just settled. On SQLite the read comes after the first write, which
+    # takes the database's write lock: before it, a removal committing meanwhile would go unseen.
+    standing = await lock_standing(conn, partner_ids) if conn.dialect.name == "postgresql" else None
     delivered = [record for record in records if record.outcome is AttemptOutcome.DELIVERED]
     if delivered:
         await conn.execute(
@@ -242,6 +244,8 @@ async def record(conn: AsyncConnection, records: Sequence[Settlement], *, breake
     settled_batches = [record for record in records if record.job.batch]
     if settled_batches:
         await _follow_batches(conn, settled_batches)
+    if standing is None:
+        standing = await lock_standing(conn, partner_ids)
     return Recorded(effects(records, standing, breaker), superseded)
 
 

@@ -696,6 +696,7 @@ class Worker:
             async with self._db_lock, self.connection.transaction() as conn:
                 if uncertain:
                     records = await self._still_claimed(conn, records, uncertain)
+                    uncertain = set()  # those kept hold their claims: none of them was logged
                 changed = await self._changed_since_claim(conn)
                 expired.extend(changed)
                 handing[HandedBack.CHANGED] += len(changed)
@@ -719,6 +720,8 @@ class Worker:
             # its answer lost: the next turn first looks which still hold their claims. Not after a
             # rollback, which wrote nothing: the transaction that went on (a partner's removal)
             # may have taken their claims, and the look would drop attempts sent and never logged.
+            # Only those still in doubt from before stay so, should the turn have failed before
+            # looking at them.
             self._records[:0] = records
             putback = {record.job.delivery_id for record in records}
             self._uncertain = uncertain & putback if faults.rolled_back(error) else putback
