@@ -187,7 +187,8 @@ async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_d
     delivery stays cancelled; one coming once the turn holds the partner's row waits for the turn,
     which settles the delivery, and cancels nothing. When the turn locked its partners only after
     settling, the removal waited for the delivery the turn had just settled, and the turn's lock
-    closed the circle: PostgreSQL ended one of the two (the test below)."""
+    closed the circle: PostgreSQL ended one of the two (the test below); the first case fails
+    so, the second holds whatever the order."""
     partner = await operations.onboard({"name": "Gone", "url": "http://127.0.0.1:9/hook"})
     await operations.publish(room_claimed("meeting"))
     async with engine.begin() as conn:
@@ -235,6 +236,35 @@ async def test_a_removal_meeting_a_worker_as_it_settles_goes_through_without_a_d
         assert await conn.scalar(select(deliveries.c.status)) == status
         assert await conn.scalar(select(func.count()).select_from(delivery_attempts)) == 1
         assert await conn.scalar(select(partners.c.status)) == PartnerStatus.REMOVED
+
+
+async def test_turns_lock_their_partners_in_the_order_of_their_ids_whatever_order_they_lie_in(
+    engine: AsyncEngine, operations: Operations, clock: ManualClock
+) -> None:
+    """One turn holds the partner with the smaller id and goes on to the other; a second turn asks
+    for both. The second waits for the first partner holding nothing, so the first goes on: no
+    deadlock. Locked in the order the rows lie in the table (the larger id first, once the smaller
+    one's row was updated), the second would hold the larger id while it waited, and the first's
+    next lock would close the circle."""
+    urls = [f"http://127.0.0.1:9/{n}" for n in range(2)]
+    ids = sorted([(await operations.onboard({"name": url, "url": url}))["id"] for url in urls])
+    async with engine.begin() as conn:  # the smaller id's row now lies after the other's
+        await conn.execute(update(partners).where(partners.c.id == ids[0]).values(updated_at=clock()))
+    first, second = await engine.connect(), await engine.connect()
+    both = None
+    try:
+        await partner_store.lock_standing(first, ids[:1])
+        both = asyncio.ensure_future(partner_store.lock_standing(second, ids))
+        await _until(lambda: _lock_waiters(engine, "transactionid"), "the second turn's wait")
+        await partner_store.lock_standing(first, ids[1:])  # deadlocked, were the order the table's
+        await first.commit()
+        assert set(await both) == set(ids)
+        await second.commit()
+    finally:
+        if both is not None and not both.done():
+            both.cancel()
+        await first.close()
+        await second.close()
 
 
 async def test_a_removal_deadlocked_with_a_worker_turn_runs_once_more_and_removes(
