@@ -40,6 +40,7 @@ from service.db.engine import MIGRATE_LOCK, create_engine
 from service.db.faults import rolled_back, unavailable
 from service.db.tables import deliveries, delivery_attempts, events, partners
 from service.events import parse_event
+from service.exceptions import InvalidInput
 from service.keyring import load_keyring
 from service.settings import Settings
 from service.states import AttemptOutcome, DeliveryStatus, PartnerStatus
@@ -343,6 +344,37 @@ async def test_a_publish_fanning_out_does_not_wait_for_a_turn_holding_its_partne
         await turn.close()
         if publish is not None and not publish.done():  # the turn's locks went with it
             await publish
+
+
+async def test_a_change_of_events_is_checked_against_a_batch_policy_changed_meanwhile(
+    engine: AsyncEngine, operations: Operations, clock: ManualClock
+) -> None:
+    """Two changes of one partner at once, one batching a kind and one no longer receiving it: the
+    second waits for the first to commit, then is checked against what it left and refused, as
+    onboarding refuses a batch of a kind not received. Read before the wait, both passed their
+    checks and the partner was left batching a kind it no longer receives."""
+    kinds = ["room.claimed", "room.trending"]
+    partner = await operations.onboard({"name": "P", "url": "http://127.0.0.1:9/hook", "events": kinds})
+    batching = partner_store.validate_partner_change(
+        {"batch": {"events": ["room.trending"], "maxEvents": 10, "maxWaitSeconds": 5}}
+    )
+    first = await engine.connect()
+    change = None
+    try:
+        assert await partner_store.lock_partner(first, partner["id"])  # the first change, part-way
+        change = asyncio.ensure_future(operations.update(partner["id"], {"events": ["room.claimed"]}))
+        await _until(lambda: _lock_waiters(engine, "transactionid"), "the second change's wait")
+        await partner_store.update_partner(first, partner["id"], batching, now=clock())
+        await first.commit()
+        with pytest.raises(InvalidInput) as refused:
+            await change
+    finally:
+        await first.close()
+        if change is not None and not change.done():
+            change.cancel()
+    assert [error.code for error in refused.value.field_errors] == ["not_subscribed"]
+    stored = await operations.show_partner(partner["id"])
+    assert (stored["events"], stored["batch"]["events"]) == (kinds, ["room.trending"])
 
 
 def _deadlock_error() -> DBAPIError:

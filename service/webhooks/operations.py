@@ -254,7 +254,10 @@ class Operations:
                 change.url, allow_private=self.settings.webhook_allow_private_urls, resolve=self.resolve
             )
         async with self.engine.begin() as conn:
-            stored = await partners.get_partner(conn, partner_id)
+            # Checked against the partner as it is once its row is held: read before, a concurrent
+            # change of the other of events and batch could leave the two disagreeing.
+            held = await partners.lock_partner(conn, partner_id)
+            stored = await partners.get_partner(conn, partner_id) if held else None
             if stored is None:
                 raise unknown_partner()
             if faults := change.faults_against(stored):

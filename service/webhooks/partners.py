@@ -740,6 +740,16 @@ async def apply(conn: AsyncConnection, effects: Sequence[PartnerEffect], *, now:
             await conn.execute(update(partners).where(partners.c.id == effect.partner_id).values(**values))
 
 
+async def lock_partner(conn: AsyncConnection, partner_id: str) -> bool:
+    """Hold the partner's row until the transaction ends, by a write that changes nothing: SQLite
+    then never upgrades a read lock, and on PostgreSQL a concurrent change, or a worker settling the
+    partner's circuit, waits its turn. What is read after it is what the transaction writes over.
+    False when there is no such partner (or it was removed)."""
+    mine = and_(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
+    locked = await conn.execute(update(partners).where(mine).values(status=partners.c.status))
+    return bool(locked.rowcount)
+
+
 async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetime) -> Partner | None:
     """Make the partner active and try it now (``breaker.resumed``): an open circuit turns half-open
     and what it held is due now, so one probe goes at the next claim and, once it succeeds, the
@@ -749,10 +759,7 @@ async def resume_partner(conn: AsyncConnection, partner_id: str, *, now: datetim
     active partner with nothing to start afresh changes nothing.
     """
     mine = and_(partners.c.id == partner_id, partners.c.status != PartnerStatus.REMOVED)
-    # A write first, which changes nothing, so SQLite never upgrades a read lock and PostgreSQL
-    # holds the row until commit (a worker settling this partner's circuit waits its turn).
-    locked = await conn.execute(update(partners).where(mine).values(status=partners.c.status))
-    if not locked.rowcount:
+    if not await lock_partner(conn, partner_id):
         return None
     partner = await get_partner(conn, partner_id)
     assert partner is not None
